@@ -1,0 +1,1 @@
+"""attnserve serving: gRPC transport -> batcher -> onnxruntime engine. Never imports torch."""

@@ -1,0 +1,85 @@
+"""A model bundle on disk: `models/<name>/<version>/` with ONNX graphs and manifest.json.
+
+The manifest lists the sha256 of every file; a bundle whose files do not match
+is refused before onnxruntime ever reads them.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+MANIFEST = "manifest.json"
+FORMAT_VERSION = 1
+
+
+class BundleError(Exception):
+    """The bundle is missing, malformed or does not match its manifest."""
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+@dataclass(frozen=True)
+class Bundle:
+    path: Path
+    manifest: dict
+
+    @property
+    def name(self) -> str:
+        return self.manifest["name"]
+
+    @property
+    def version(self) -> str:
+        return str(self.manifest["version"])
+
+    def graph_path(self, role: str) -> Path:
+        return self.path / self.manifest["graphs"][role]
+
+
+def resolve(model_dir: Path) -> Path:
+    """A bundle directory, or a model directory whose highest numeric version is taken."""
+    model_dir = Path(model_dir)
+    if (model_dir / MANIFEST).is_file():
+        return model_dir
+    versions = [p for p in model_dir.iterdir() if p.is_dir() and p.name.isdigit()] if model_dir.is_dir() else []
+    if not versions:
+        raise BundleError(f"{model_dir}: no {MANIFEST} and no numeric version directories")
+    return max(versions, key=lambda p: int(p.name))
+
+
+def load_bundle(model_dir: Path) -> Bundle:
+    path = resolve(model_dir)
+    try:
+        manifest = json.loads((path / MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise BundleError(f"{path / MANIFEST}: cannot read manifest: {e}") from e
+    if manifest.get("format_version") != FORMAT_VERSION:
+        raise BundleError(f"{path}: manifest format_version {manifest.get('format_version')!r}, "
+                          f"this server reads {FORMAT_VERSION}")
+    files = manifest.get("files") or {}
+    for role, name in manifest.get("graphs", {}).items():
+        if name not in files:
+            raise BundleError(f"{path}: graph {role!r} file {name!r} has no sha256 in the manifest")
+    for name, expected in files.items():
+        file = path / name
+        if not file.is_file():
+            raise BundleError(f"{path}: file {name!r} listed in the manifest is missing")
+        actual = sha256_file(file)
+        if actual != expected:
+            raise BundleError(f"{path}: sha256 mismatch for {name!r}: manifest says {expected[:12]}..., "
+                              f"file has {actual[:12]}... — the bundle is corrupt or was modified; refusing it")
+    return Bundle(path=path, manifest=manifest)
+
+
+def write_manifest(path: Path, manifest: dict) -> None:
+    """Hash every file in the bundle directory (but the manifest) and write the manifest."""
+    files = {p.name: sha256_file(p) for p in sorted(Path(path).iterdir()) if p.is_file() and p.name != MANIFEST}
+    manifest = {**manifest, "format_version": FORMAT_VERSION, "files": files}
+    (Path(path) / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")

@@ -1,0 +1,111 @@
+"""The onnxruntime engine: greedy decoding over the bundle's encoder and decoder-step graphs.
+
+Synchronous and free of any transport: the batcher calls `decode()` from a
+worker thread with a whole batch of tokenized sources.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import onnxruntime as ort
+
+from service.bundle import Bundle
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    intra_op_threads: int = 1  # onnxruntime intra-op threads for the whole process
+    max_output_len: int = 40  # hard cap on decoder steps per sequence
+
+    def __post_init__(self):
+        if self.intra_op_threads < 0:
+            raise ValueError(f"intra_op_threads must be >= 0 (0 = onnxruntime default), got {self.intra_op_threads}")
+        if self.max_output_len < 1:
+            raise ValueError(f"max_output_len must be >= 1, got {self.max_output_len}")
+
+
+@dataclass(frozen=True)
+class Decoded:
+    """One decoded source. `attn` has a row per decoder step, `</s>` included when emitted."""
+
+    src_tokens: list[str]  # the source as the model saw it (unknown symbols kept as typed)
+    output_ids: list[int]  # without </s>
+    output_tokens: list[str]
+    score: float  # log-probability of the output, </s> included
+    attn: np.ndarray  # (T, S) float32
+    finished: bool  # emitted </s> before the length limit
+
+
+class Engine:
+    def __init__(self, bundle: Bundle, cfg: EngineConfig):
+        m = bundle.manifest
+        self.cfg = cfg
+        self.name, self.version = bundle.name, bundle.version
+        self.src_vocab: list[str] = m["src_vocab"]
+        self.tgt_vocab: list[str] = m["tgt_vocab"]
+        self._src_index = {t: i for i, t in enumerate(self.src_vocab)}
+        ids = m["special_ids"]
+        self.pad_id, self.bos_id, self.eos_id, self.unk_id = ids["pad"], ids["bos"], ids["eos"], ids["unk"]
+        self.src_tokens_kind: str = m["data"]["src_tokens"]  # chars | words
+        self.tgt_joiner = "" if m["data"]["tgt_tokens"] == "chars" else " "
+        self.lowercase: bool = bool(m.get("lowercase_input", False))
+        opts = ort.SessionOptions()
+        opts.intra_op_num_threads = cfg.intra_op_threads
+        opts.inter_op_num_threads = 1
+        # Two sessions take turns every step: spinning threads would fight over the cores.
+        opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        providers = ["CPUExecutionProvider"]
+        self.encoder = ort.InferenceSession(str(bundle.graph_path("encoder")), opts, providers=providers)
+        self.decoder = ort.InferenceSession(str(bundle.graph_path("decoder_step")), opts, providers=providers)
+        dec_inputs = {i.name for i in self.decoder.get_inputs()}
+        self.state_names = [n for n in ("h", "c", "feed") if n in dec_inputs]
+
+    def tokenize(self, text: str) -> list[str]:
+        if self.lowercase:
+            text = text.lower()
+        return list(text) if self.src_tokens_kind == "chars" else text.split()
+
+    def decode(self, sources: list[list[str]], max_output_len: int | None = None) -> list[Decoded]:
+        """Greedy-decode a batch of tokenized sources (each non-empty)."""
+        limit = min(max_output_len or self.cfg.max_output_len, self.cfg.max_output_len)
+        B, S = len(sources), max(len(s) for s in sources)
+        src = np.full((B, S), self.pad_id, dtype=np.int64)  # (B, S)
+        for b, tokens in enumerate(sources):
+            src[b, :len(tokens)] = [self._src_index.get(t, self.unk_id) for t in tokens]
+        src_len = np.array([len(s) for s in sources], dtype=np.int64)  # (B,)
+        enc = dict(zip([o.name for o in self.encoder.get_outputs()],
+                       self.encoder.run(None, {"src": src, "src_len": src_len})))
+        fixed = {"enc_out": enc["enc_out"], "keys": enc["keys"], "pad_mask": enc["pad_mask"]}
+        state = {n: enc[n] for n in self.state_names}
+        y = np.full((B,), self.bos_id, dtype=np.int64)  # (B,)
+        done = np.zeros(B, dtype=bool)
+        score = np.zeros(B, dtype=np.float64)
+        steps = np.zeros(B, dtype=np.int64)  # decoder steps each row took, </s> included
+        steps_ids, steps_attn = [], []
+        for _ in range(limit):
+            log_probs, *next_state, attn = self.decoder.run(None, {"y_prev": y, **state, **fixed})
+            y = log_probs.argmax(axis=-1)  # (B,)
+            score += np.where(done, 0.0, log_probs[np.arange(B), y])
+            steps += ~done
+            steps_ids.append(np.where(done, self.pad_id, y))
+            steps_attn.append(attn)  # (B, S)
+            done |= y == self.eos_id
+            state = dict(zip(self.state_names, next_state))
+            if done.all():
+                break
+        ids = np.stack(steps_ids, axis=1)  # (B, T)
+        attn = np.stack(steps_attn, axis=1)  # (B, T, S)
+        return [self._result(sources[b], ids[b, :steps[b]], attn[b], float(score[b])) for b in range(B)]
+
+    def _result(self, src_tokens, ids, attn, score) -> Decoded:
+        steps = len(ids)
+        out = [int(i) for i in ids if i != self.eos_id]
+        finished = steps > 0 and int(ids[steps - 1]) == self.eos_id
+        return Decoded(src_tokens=list(src_tokens), output_ids=out,
+                       output_tokens=[self.tgt_vocab[i] for i in out], score=score,
+                       attn=np.ascontiguousarray(attn[:steps, :len(src_tokens)], dtype=np.float32),
+                       finished=finished)
+
+    def join(self, tokens: list[str]) -> str:
+        return self.tgt_joiner.join(tokens)

