@@ -66,9 +66,13 @@ class Engine:
             text = text.lower()
         return list(text) if self.src_tokens_kind == "chars" else text.split()
 
-    def decode(self, sources: list[list[str]], max_output_len: int | None = None) -> list[Decoded]:
-        """Greedy-decode a batch of tokenized sources (each non-empty)."""
-        limit = min(max_output_len or self.cfg.max_output_len, self.cfg.max_output_len)
+    def decode(self, sources: list[list[str]], max_output_lens: list[int] | None = None) -> list[Decoded]:
+        """Greedy-decode a batch of tokenized, non-empty sources.
+
+        Each row stops at </s> or at its own length limit (never above the engine's).
+        """
+        cap = self.cfg.max_output_len
+        limits = np.array([min(n or cap, cap) for n in (max_output_lens or [cap] * len(sources))])  # (B,)
         B, S = len(sources), max(len(s) for s in sources)
         src = np.full((B, S), self.pad_id, dtype=np.int64)  # (B, S)
         for b, tokens in enumerate(sources):
@@ -83,14 +87,14 @@ class Engine:
         score = np.zeros(B, dtype=np.float64)
         steps = np.zeros(B, dtype=np.int64)  # decoder steps each row took, </s> included
         steps_ids, steps_attn = [], []
-        for _ in range(limit):
+        for _ in range(int(limits.max())):
             log_probs, *next_state, attn = self.decoder.run(None, {"y_prev": y, **state, **fixed})
             y = log_probs.argmax(axis=-1)  # (B,)
             score += np.where(done, 0.0, log_probs[np.arange(B), y])
             steps += ~done
             steps_ids.append(np.where(done, self.pad_id, y))
             steps_attn.append(attn)  # (B, S)
-            done |= y == self.eos_id
+            done |= (y == self.eos_id) | (steps >= limits)
             state = dict(zip(self.state_names, next_state))
             if done.all():
                 break

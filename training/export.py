@@ -116,7 +116,7 @@ def parity(model: Seq2Seq, engine, sources: list[tuple[str, ...]], src_vocab: Vo
         chunk = [list(s) for s in ordered[i:i + batch_size]]
         src, src_len, _, _ = collate([(src_vocab.encode(s), []) for s in chunk])
         tokens, out_len, _, attn = model.greedy(src, src_len, max_len)
-        onnx_out = engine.decode(chunk, max_len)
+        onnx_out = engine.decode(chunk, [max_len] * len(chunk))
         for b, d in enumerate(onnx_out):
             n = int(out_len[b])
             ref = [t for t in tokens[b, :n].tolist() if t != EOS_ID]

@@ -1,0 +1,56 @@
+# attnserve: `make serve` serves the shipped model, `make test` runs the whole suite.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(VENV)/bin/pip
+MODEL_DIR ?= models/g2p-en
+PROTO := protos/attnserve/v1/attnserve.proto
+GEN := gen/attnserve/v1/attnserve_pb2.py
+
+.PHONY: serve test install-serve install-dev protos train export evaluate clean
+
+serve: $(VENV)/.serve-installed
+	$(VENV)/bin/attnserve-server --model-dir $(MODEL_DIR)
+
+test: $(VENV)/.dev-installed
+	$(PY) -m pytest -q
+
+$(VENV)/bin/python:
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+
+# Generated code comes from grpcio-tools, never edited by hand.
+$(GEN): $(PROTO) $(VENV)/bin/python
+	$(PIP) install -q grpcio-tools==1.85.1
+	mkdir -p gen/attnserve/v1
+	$(PY) -m grpc_tools.protoc -Iprotos --python_out=gen --pyi_out=gen --grpc_python_out=gen $(PROTO)
+	touch gen/attnserve/__init__.py gen/attnserve/v1/__init__.py
+
+protos: $(GEN)
+
+$(VENV)/.serve-installed: pyproject.toml $(GEN)
+	$(PIP) install -q -e ".[serve]"
+	touch $@
+
+$(VENV)/.dev-installed: pyproject.toml $(GEN)
+	$(PIP) install -q -e ".[dev]"
+	touch $@ $(VENV)/.serve-installed
+
+install-serve: $(VENV)/.serve-installed
+install-dev: $(VENV)/.dev-installed
+
+# Reproduces the shipped model (about an hour on 2 CPU cores), then exports it.
+train: $(VENV)/.dev-installed
+	$(PY) -m training.train --corpus cmudict --out runs/g2p-en --cell lstm --hidden-size 256 \
+	  --enc-layers 2 --emb-dim 64 --batch-size 256 --lr 3e-3 --patience-epochs 3 --max-epochs 40 \
+	  --max-minutes 75 --threads 2 --seed 1
+
+export: $(VENV)/.dev-installed
+	$(PY) -m training.export --checkpoint runs/g2p-en/best.pt --out $(MODEL_DIR)/1
+
+# Test-split WER/PER through a running server (start one with `make serve`).
+evaluate: $(VENV)/.dev-installed
+	$(VENV)/bin/attnserve-eval --server localhost:50051 --split test
+
+clean:
+	rm -rf $(VENV) gen .pytest_cache

@@ -1,0 +1,99 @@
+"""Server configuration: frozen dataclasses, built once at start-up from flags and env.
+
+Every flag `--max-wait-ms` has the environment equivalent `ATTNSERVE_MAX_WAIT_MS`;
+a flag given on the command line wins over the environment.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+
+from service.engine import EngineConfig
+
+ENV_PREFIX = "ATTNSERVE_"
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    host: str = "0.0.0.0"
+    port: int = 50051  # 0 picks a free port (tests)
+    metrics_port: int = 9090  # Prometheus /metrics over HTTP; 0 picks a free port, -1 disables
+    max_inputs_per_request: int = 256
+    max_input_len: int = 64  # characters per input
+    grace_period_s: float = 10.0  # drain time for in-flight calls on SIGTERM
+    max_message_bytes: int = 16 * 1024 * 1024
+
+    def __post_init__(self):
+        if not 0 <= self.port <= 65535:
+            raise ValueError(f"port must be in 0..65535, got {self.port}")
+        if not -1 <= self.metrics_port <= 65535:
+            raise ValueError(f"metrics_port must be in -1..65535, got {self.metrics_port}")
+        for name in ("max_inputs_per_request", "max_input_len", "max_message_bytes"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.grace_period_s < 0:
+            raise ValueError(f"grace_period_s must be >= 0, got {self.grace_period_s}")
+
+
+@dataclass(frozen=True)
+class BatcherConfig:
+    max_batch_size: int = 64  # sources decoded together
+    max_wait_ms: float = 2.0  # how long a first arrival waits for company
+    max_queue_size: int = 4096  # queued sources; beyond it new requests are refused
+
+    def __post_init__(self):
+        if self.max_batch_size < 1:
+            raise ValueError(f"max_batch_size must be >= 1, got {self.max_batch_size}")
+        if self.max_wait_ms < 0:
+            raise ValueError(f"max_wait_ms must be >= 0, got {self.max_wait_ms}")
+        if self.max_queue_size < 1:
+            raise ValueError(f"max_queue_size must be >= 1, got {self.max_queue_size}")
+
+
+@dataclass(frozen=True)
+class Config:
+    model_dir: Path = Path("models/g2p-en")
+    server: ServerConfig = field(default_factory=ServerConfig)
+    batcher: BatcherConfig = field(default_factory=BatcherConfig)
+    engine: EngineConfig = field(default_factory=EngineConfig)
+
+
+SECTIONS = {"server": ServerConfig, "batcher": BatcherConfig, "engine": EngineConfig}
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def parse_config(argv: list[str] | None = None, environ: dict[str, str] | None = None) -> Config:
+    """Flags, then ATTNSERVE_* environment variables, then defaults."""
+    environ = os.environ if environ is None else environ
+    p = argparse.ArgumentParser(prog="attnserve-server", description="Serve an attnserve model bundle over gRPC.")
+    p.add_argument("--model-dir", type=Path, help="bundle directory or model directory (latest version) "
+                   "[env ATTNSERVE_MODEL_DIR, default models/g2p-en]")
+    for section, cls in SECTIONS.items():
+        group = p.add_argument_group(section)
+        for f in fields(cls):
+            group.add_argument(_flag(f.name), type=type(f.default), dest=f"{section}.{f.name}",
+                               help=f"[env {ENV_PREFIX}{f.name.upper()}, default {f.default}]")
+    args = vars(p.parse_args(argv))
+
+    def value(key: str, name: str, default):
+        if args.get(key) is not None:
+            return args[key]
+        raw = environ.get(ENV_PREFIX + name.upper())
+        if raw is None:
+            return default
+        try:
+            return type(default)(raw)
+        except ValueError:
+            raise SystemExit(f"{ENV_PREFIX}{name.upper()}={raw!r} is not a valid {type(default).__name__}")
+
+    try:
+        built = {section: cls(**{f.name: value(f"{section}.{f.name}", f.name, f.default) for f in fields(cls)})
+                 for section, cls in SECTIONS.items()}
+    except ValueError as e:
+        p.error(str(e))
+    return Config(model_dir=Path(value("model_dir", "model_dir", str(Config.model_dir))), **built)

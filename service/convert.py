@@ -1,0 +1,88 @@
+"""The edge: protobuf messages <-> domain values, and request validation.
+
+The only module besides the servicer that touches generated protobuf code.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from google.protobuf.message import DecodeError
+
+from attnserve.v1 import attnserve_pb2 as pb
+from service.config import ServerConfig
+from service.engine import Decoded
+
+EOS_LABEL = "</s>"
+
+
+class BadRequest(ValueError):
+    """Maps to INVALID_ARGUMENT; the message names the offending field."""
+
+
+class UnknownModel(LookupError):
+    """Maps to NOT_FOUND."""
+
+
+@dataclass(frozen=True)
+class TransduceCall:
+    texts: list[str]
+    max_output_len: int  # 0 = the engine's limit
+    return_attention: bool
+
+
+def parse_transduce(raw: bytes, limits: ServerConfig, model_name: str, model_version: str) -> TransduceCall:
+    """Parse and validate a serialized TransduceRequest.
+
+    The servicer receives raw bytes so that invalid UTF-8 in `inputs` becomes a
+    clear INVALID_ARGUMENT here instead of an opaque deserialization failure.
+    """
+    try:
+        req = pb.TransduceRequest.FromString(raw)
+    except DecodeError as e:
+        raise BadRequest(f"malformed TransduceRequest (inputs must be valid UTF-8): {e}") from None
+    if req.model_name and req.model_name != model_name:
+        raise UnknownModel(f"model_name {req.model_name!r} is not served here (serving {model_name!r})")
+    if req.model_version and req.model_version != model_version:
+        raise UnknownModel(f"model_version {req.model_version!r} of {model_name!r} is not served here "
+                           f"(serving version {model_version!r})")
+    if not req.inputs:
+        raise BadRequest("inputs is empty: send at least one input")
+    if len(req.inputs) > limits.max_inputs_per_request:
+        raise BadRequest(f"inputs has {len(req.inputs)} entries; at most {limits.max_inputs_per_request} per request")
+    for i, text in enumerate(req.inputs):
+        if not text.strip():
+            raise BadRequest(f"inputs[{i}] is empty")
+        if len(text) > limits.max_input_len:
+            raise BadRequest(f"inputs[{i}] has {len(text)} characters; the limit is {limits.max_input_len}")
+    opts = req.options
+    return TransduceCall(texts=list(req.inputs), max_output_len=opts.max_output_len,
+                         return_attention=opts.return_attention if opts.HasField("return_attention") else True)
+
+
+def to_result(d: Decoded, joiner: str, return_attention: bool) -> pb.Result:
+    result = pb.Result(output_tokens=d.output_tokens, output_text=joiner.join(d.output_tokens),
+                       log_prob=d.score, finished=d.finished)
+    if return_attention:
+        T, S = d.attn.shape
+        result.attention.CopyFrom(pb.Attention(
+            rows=T, cols=S, weights=d.attn.ravel().tolist(), source_labels=d.src_tokens,
+            target_labels=d.output_tokens + ([EOS_LABEL] if d.finished else [])))
+    return result
+
+
+def to_response(results: list[Decoded], call: TransduceCall, joiner: str, name: str, version: str):
+    return pb.TransduceResponse(results=[to_result(d, joiner, call.return_attention) for d in results],
+                                model_name=name, model_version=version)
+
+
+def to_model_info(manifest: dict) -> pb.ModelInfo:
+    metrics = {}
+    for split, values in manifest.get("metrics", {}).items():
+        if isinstance(values, dict):
+            metrics.update({f"{split}_{k}": float(v) for k, v in values.items() if isinstance(v, (int, float))})
+    rest = {k: v for k, v in manifest.items() if k not in ("src_vocab", "tgt_vocab")}
+    return pb.ModelInfo(name=manifest["name"], version=str(manifest["version"]),
+                        source_vocab=manifest["src_vocab"], target_vocab=manifest["tgt_vocab"],
+                        config_json=json.dumps(manifest.get("model_config", {})), metrics=metrics,
+                        manifest_json=json.dumps(rest))

@@ -1,0 +1,95 @@
+"""The gRPC transport: attnserve.v1.Transducer handlers -> batcher.
+
+Maps domain errors to status codes and records per-RPC metrics. Decoding
+itself happens behind the batcher.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+import grpc
+
+from attnserve.v1 import attnserve_pb2 as pb
+from service import convert
+from service.batcher import Batcher, InvalidInput, NotReady, Overloaded
+from service.bundle import Bundle
+from service.config import ServerConfig
+from service.metrics import Metrics
+
+SERVICE_NAME = "attnserve.v1.Transducer"
+log = logging.getLogger("attnserve")
+
+# Domain error -> status code; anything else is INTERNAL.
+STATUS_OF = {
+    convert.BadRequest: grpc.StatusCode.INVALID_ARGUMENT,
+    InvalidInput: grpc.StatusCode.INVALID_ARGUMENT,
+    convert.UnknownModel: grpc.StatusCode.NOT_FOUND,
+    Overloaded: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    NotReady: grpc.StatusCode.UNAVAILABLE,
+}
+
+
+class TransducerServicer:
+    def __init__(self, limits: ServerConfig, metrics: Metrics):
+        self.limits = limits
+        self.metrics = metrics
+        self.batcher: Batcher | None = None
+        self.bundle: Bundle | None = None
+
+    def attach(self, batcher: Batcher, bundle: Bundle) -> None:
+        """Start answering with this model (called once it is loaded and warm)."""
+        self.batcher, self.bundle = batcher, bundle
+
+    async def Transduce(self, raw: bytes, context: grpc.aio.ServicerContext) -> pb.TransduceResponse:
+        return await self._observe("Transduce", context, self._transduce(raw))
+
+    async def GetModelInfo(self, request: pb.GetModelInfoRequest, context) -> pb.ModelInfo:
+        return await self._observe("GetModelInfo", context, self._model_info())
+
+    async def _transduce(self, raw: bytes) -> pb.TransduceResponse:
+        batcher, bundle = self._ready()
+        call = convert.parse_transduce(raw, self.limits, bundle.name, bundle.version)
+        results = await batcher.transduce(call.texts, call.max_output_len)
+        return convert.to_response(results, call, batcher.engine.tgt_joiner, bundle.name, bundle.version)
+
+    async def _model_info(self) -> pb.ModelInfo:
+        _, bundle = self._ready()
+        return convert.to_model_info(bundle.manifest)
+
+    def _ready(self) -> tuple[Batcher, Bundle]:
+        if self.batcher is None or self.bundle is None:
+            raise NotReady("model is still loading; retry when health reports SERVING")
+        return self.batcher, self.bundle
+
+    async def _observe(self, rpc: str, context, work):
+        started = time.perf_counter()
+        code = grpc.StatusCode.OK
+        try:
+            return await work
+        except asyncio.CancelledError:  # the client cancelled or its deadline passed
+            code = grpc.StatusCode.CANCELLED
+            raise
+        except tuple(STATUS_OF) as e:
+            code = STATUS_OF[type(e)]
+            message = str(e)
+        except Exception as e:  # keep serving; the client sees INTERNAL, the log has the cause
+            log.exception("%s failed", rpc)
+            code, message = grpc.StatusCode.INTERNAL, f"internal error: {type(e).__name__}: {e}"
+        finally:
+            self.metrics.requests.labels(rpc, code.name).inc()
+            self.metrics.request_seconds.labels(rpc, code.name).observe(time.perf_counter() - started)
+        await context.abort(code, message)
+
+
+def handler(servicer: TransducerServicer) -> grpc.GenericRpcHandler:
+    """Method handlers for the service. Transduce takes raw bytes: see convert.parse_transduce."""
+    return grpc.method_handlers_generic_handler(SERVICE_NAME, {
+        "Transduce": grpc.unary_unary_rpc_method_handler(
+            servicer.Transduce, request_deserializer=None,
+            response_serializer=pb.TransduceResponse.SerializeToString),
+        "GetModelInfo": grpc.unary_unary_rpc_method_handler(
+            servicer.GetModelInfo, request_deserializer=pb.GetModelInfoRequest.FromString,
+            response_serializer=pb.ModelInfo.SerializeToString),
+    })
