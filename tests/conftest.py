@@ -1,0 +1,49 @@
+"""Shared fixtures: a tiny real model, trained in seconds, exported to a real bundle."""
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SHIPPED_MODEL = REPO / "models" / "g2p-en"
+
+
+@pytest.fixture(scope="session")
+def tiny_corpus(tmp_path_factory) -> Path:
+    """A slice of CMUdict as a TSV file: the generic corpus path, ~1,200 dev words."""
+    from training.data import load_cmudict
+
+    splits = load_cmudict()
+    pairs = [p for split in ("train", "dev", "test") for p in splits[split][::5]]
+    path = tmp_path_factory.mktemp("corpus") / "g2p.tsv"
+    path.write_text("".join(f"{''.join(p.src)}\t{' '.join(p.tgt)}\n" for p in pairs), encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="session")
+def tiny_checkpoint(tiny_corpus, tmp_path_factory) -> Path:
+    from training import train
+
+    out = tmp_path_factory.mktemp("run")
+    train.main(["--corpus", "tsv", "--tsv", str(tiny_corpus), "--out", str(out), "--hidden-size", "48",
+                "--enc-layers", "1", "--emb-dim", "16", "--batch-size", "128", "--max-epochs", "2",
+                "--lr", "0.01", "--dropout", "0.0", "--seed", "3", "--threads", "1"])
+    return out / "best.pt"
+
+
+@pytest.fixture(scope="session")
+def tiny_bundle(tiny_checkpoint, tmp_path_factory) -> Path:
+    """models/<name>/<version>/ layout: returns the model directory (versions inside)."""
+    from training.export import build_bundle
+
+    model_dir = tmp_path_factory.mktemp("models") / "tiny"
+    build_bundle(tiny_checkpoint, model_dir / "1", name="tiny", version="1", parity_words=2000)
+    return model_dir
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

@@ -1,0 +1,146 @@
+"""attnserve-client without a model server: hand-built Results and an in-process fake servicer."""
+import json
+import subprocess
+import sys
+from concurrent import futures
+
+import grpc
+import numpy as np
+import pytest
+from rich.console import Console
+
+from attnserve.v1 import attnserve_pb2, attnserve_pb2_grpc
+from service import client
+
+WEIGHTS = [[0.9, 0.1], [0.2, 0.8], [0.3, 0.7]]
+
+
+def make_result(with_attention=True):
+    r = attnserve_pb2.Result(output_tokens=["N", "OW"], output_text="N OW", log_prob=-0.25, finished=True)
+    if with_attention:
+        r.attention.CopyFrom(attnserve_pb2.Attention(
+            rows=3, cols=2, weights=[w for row in WEIGHTS for w in row],
+            source_labels=["n", "o"], target_labels=["N", "OW", "</s>"]))
+    return r
+
+
+def render_text(renderable, width=120):
+    console = Console(record=True, width=width, file=open("/dev/null", "w"))
+    console.print(renderable)
+    return console.export_text()
+
+
+def test_attention_matrix_shape_and_values():
+    m = client.attention_matrix(make_result())
+    assert m.shape == (3, 2)
+    np.testing.assert_allclose(m, WEIGHTS, rtol=1e-6)
+    np.testing.assert_allclose(m.sum(axis=1), 1.0, rtol=1e-6)
+
+
+def test_attention_matrix_absent_and_malformed():
+    assert client.attention_matrix(make_result(with_attention=False)).shape == (0, 0)
+    bad = make_result()
+    bad.attention.rows = 4
+    with pytest.raises(ValueError):
+        client.attention_matrix(bad)
+
+
+def test_result_to_dict_json_round_trip():
+    d = client.result_to_dict("no", make_result())
+    assert json.loads(json.dumps(d)) == d
+    assert d["input"] == "no" and d["output_tokens"] == ["N", "OW"] and d["output_text"] == "N OW"
+    assert d["log_prob"] == -0.25 and d["finished"] is True
+    att = d["attention"]
+    assert (att["rows"], att["cols"]) == (3, 2)
+    assert att["weights"] == WEIGHTS  # float32 values come back as their short decimals
+    assert att["source_labels"] == ["n", "o"] and att["target_labels"] == ["N", "OW", "</s>"]
+    assert client.result_to_dict("no", make_result(with_attention=False))["attention"] is None
+
+
+def test_render_heatmap_labels_and_values():
+    text = render_text(client.render_heatmap(make_result()))
+    lines = text.splitlines()
+    assert "n" in lines[0] and "o" in lines[0]
+    for label in ["N", "OW", "</s>"]:
+        assert any(line.startswith(label) for line in lines)
+    assert "0.90" in text and "0.80" in text
+
+
+def test_render_heatmap_narrow_drops_values_and_colour_output():
+    text = render_text(client.render_heatmap(make_result()), width=8)
+    assert "0.90" not in text and "</s>" in text
+    # With colour the intensity is a background colour, one per level.
+    console = Console(record=True, width=120, force_terminal=True, color_system="truecolor",
+                      file=open("/dev/null", "w"))
+    console.print(client.render_heatmap(make_result()))
+    assert "48;2;" in console.export_text(styles=True)
+    assert "no attention" in render_text(client.render_heatmap(make_result(with_attention=False)))
+
+
+def test_write_png(tmp_path):
+    path = tmp_path / "attn.png"
+    client.write_png([("no", make_result()), ("no", make_result())], path)
+    assert path.read_bytes().startswith(b"\x89PNG")
+
+
+def test_client_imports_neither_torch_nor_matplotlib():
+    code = "import sys, service.client; assert not {'torch', 'matplotlib'} & set(sys.modules), sys.modules.keys()"
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+class FakeTransducer(attnserve_pb2_grpc.TransducerServicer):
+    def Transduce(self, request, context):
+        if "" in request.inputs:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "empty input")
+        results = [make_result(request.options.return_attention) for _ in request.inputs]
+        return attnserve_pb2.TransduceResponse(results=results, model_name="g2p-en", model_version="1")
+
+    def GetModelInfo(self, request, context):
+        return attnserve_pb2.ModelInfo(name="g2p-en", version="1", source_vocab=["a", "b"],
+                                       target_vocab=["AA"], metrics={"test_wer": 0.25}, config_json='{"h": 8}')
+
+
+@pytest.fixture(scope="module")
+def fake_server():
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=1))
+    attnserve_pb2_grpc.add_TransducerServicer_to_server(FakeTransducer(), server)
+    port = server.add_insecure_port("localhost:0")
+    server.start()
+    yield f"localhost:{port}"
+    server.stop(None)
+
+
+def test_main_json(fake_server, capsys, monkeypatch):
+    monkeypatch.setenv("ATTNSERVE_SERVER", fake_server)
+    assert client.main(["phonemes", "no", "no", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["model"] == {"name": "g2p-en", "version": "1"}
+    assert [r["output_text"] for r in doc["results"]] == ["N OW", "N OW"]
+    assert doc["results"][0]["attention"]["weights"] == WEIGHTS
+
+
+def test_main_text_png_and_alias(fake_server, capsys, tmp_path):
+    png = tmp_path / "out.png"
+    assert client.main(["transduce", "no", "--server", fake_server, "--png", str(png)]) == 0
+    out = capsys.readouterr().out
+    assert "no -> N OW" in out and "p=0.7788" in out and "</s>" in out
+    assert png.read_bytes().startswith(b"\x89PNG")
+    assert client.main(["phonemes", "no", "--server", fake_server, "--no-attention"]) == 0
+    assert "</s>" not in capsys.readouterr().out
+
+
+def test_main_info(fake_server, capsys):
+    assert client.main(["info", "--server", fake_server, "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["metrics"] == {"test_wer": 0.25} and doc["source_vocab_size"] == 2 and doc["config"] == {"h": 8}
+    assert client.main(["info", "--server", fake_server]) == 0
+    assert "test_wer" in capsys.readouterr().out
+
+
+def test_main_grpc_errors(fake_server, capsys):
+    assert client.main(["phonemes", "", "--server", fake_server]) == 1
+    assert capsys.readouterr().err.strip() == "error: INVALID_ARGUMENT: empty input"
+    # Nothing listens on port 1: fails fast with UNAVAILABLE.
+    assert client.main(["info", "--server", "localhost:1", "--timeout-s", "5"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: UNAVAILABLE: ") and "Traceback" not in err

@@ -1,0 +1,49 @@
+"""The onnxruntime engine on a tiny real model."""
+import numpy as np
+
+from service.bundle import load_bundle
+from service.engine import Engine, EngineConfig
+
+
+def make_engine(bundle, **kw):
+    return Engine(load_bundle(bundle), EngineConfig(**kw))
+
+
+def test_shapes_labels_and_attention_rows(tiny_bundle):
+    engine = make_engine(tiny_bundle)
+    words = ["attention", "a", "phoenix"]
+    results = engine.decode([engine.tokenize(w) for w in words])
+    for word, r in zip(words, results):
+        T, S = r.attn.shape
+        assert S == len(word) and r.src_tokens == list(word)
+        assert T == len(r.output_tokens) + (1 if r.finished else 0)
+        assert np.allclose(r.attn.sum(axis=1), 1.0, atol=1e-5)
+        assert r.score <= 0.0
+        assert all(t in engine.tgt_vocab for t in r.output_tokens)
+
+
+def test_result_does_not_depend_on_batch_neighbours(tiny_bundle):
+    engine = make_engine(tiny_bundle)
+    alone = engine.decode([list("cat")])[0]
+    together = engine.decode([list("internationalization"), list("cat"), list("x")])[1]
+    assert alone.output_tokens == together.output_tokens
+    assert np.allclose(alone.attn, together.attn, atol=1e-5)
+
+
+def test_each_row_stops_at_its_own_length_limit(tiny_bundle):
+    engine = make_engine(tiny_bundle, max_output_len=30)
+    short, free = engine.decode([list("internationalization"), list("internationalization")], [2, 0])
+    assert len(short.attn) == 2 and not short.finished
+    assert len(free.attn) > 2
+
+
+def test_engine_cap_bounds_every_request(tiny_bundle):
+    engine = make_engine(tiny_bundle, max_output_len=3)
+    (r,) = engine.decode([list("internationalization")], [100])
+    assert len(r.attn) <= 3
+
+
+def test_unknown_symbols_are_decoded_as_unk(tiny_bundle):
+    engine = make_engine(tiny_bundle)
+    (r,) = engine.decode([list("a€b")])
+    assert r.src_tokens == ["a", "€", "b"] and r.attn.shape[1] == 3

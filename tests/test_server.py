@@ -1,0 +1,187 @@
+"""The server end to end: a real grpc.aio server on loopback, real channels, the tiny real model."""
+import asyncio
+import shutil
+import urllib.request
+
+import grpc
+import numpy as np
+import pytest
+import pytest_asyncio
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from prometheus_client.parser import text_string_to_metric_families
+
+from attnserve.v1 import attnserve_pb2 as pb, attnserve_pb2_grpc as pbg
+from service.bundle import BundleError
+from service.config import BatcherConfig, Config, ServerConfig
+from service.server import build_server
+from service.servicer import SERVICE_NAME
+
+SERVING = health_pb2.HealthCheckResponse.SERVING
+NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
+
+
+def config(model_dir, **server):
+    return Config(model_dir=model_dir,
+                  server=ServerConfig(host="127.0.0.1", port=0, metrics_port=0, max_inputs_per_request=8,
+                                      max_input_len=20, **server),
+                  batcher=BatcherConfig(max_batch_size=32, max_wait_ms=20))
+
+
+@pytest_asyncio.fixture(loop_scope="session", scope="module")
+async def server(tiny_bundle):
+    s = build_server(config(tiny_bundle))
+    await s.start()
+    await s.load()
+    yield s
+    await s.stop(0)
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def stub(server):
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{server.port}") as channel:
+        yield pbg.TransducerStub(channel)
+
+
+def metric_samples(server, name):
+    text = urllib.request.urlopen(f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=5).read().decode()
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for fam in text_string_to_metric_families(text) for s in fam.samples if s.name.startswith(name)}
+
+
+async def test_outputs_and_attention(stub):
+    words = ["attention", "knight", "a"]
+    reply = await stub.Transduce(pb.TransduceRequest(inputs=words), timeout=10)
+    assert reply.model_name == "tiny" and reply.model_version == "1"
+    assert len(reply.results) == 3
+    for word, r in zip(words, reply.results):
+        a = r.attention
+        assert a.cols == len(word) and list(a.source_labels) == list(word)
+        assert a.rows == len(a.target_labels) == len(r.output_tokens) + (1 if r.finished else 0)
+        m = np.array(a.weights, dtype=np.float32).reshape(a.rows, a.cols)
+        assert np.allclose(m.sum(axis=1), 1.0, atol=1e-5)  # every source position is real: no mask here
+        assert r.output_text == " ".join(r.output_tokens)
+        assert r.log_prob <= 0
+
+
+async def test_attention_can_be_left_out_and_output_length_capped(stub):
+    reply = await stub.Transduce(pb.TransduceRequest(
+        inputs=["internationalization"], options=pb.DecodeOptions(return_attention=False, max_output_len=2)))
+    r = reply.results[0]
+    assert not r.HasField("attention")
+    assert len(r.output_tokens) <= 2 and not r.finished
+
+
+async def test_concurrent_callers_are_batched(server, stub):
+    before = metric_samples(server, "attnserve_batch_size")
+    words = [f"word{chr(97 + i % 26)}" for i in range(48)]
+    replies = await asyncio.gather(*(stub.Transduce(pb.TransduceRequest(inputs=[w])) for w in words))
+    assert all(len(r.results) == 1 for r in replies)
+    after = metric_samples(server, "attnserve_batch_size")
+    batches = after[("attnserve_batch_size_count", ())] - before.get(("attnserve_batch_size_count", ()), 0)
+    sources = after[("attnserve_batch_size_sum", ())] - before.get(("attnserve_batch_size_sum", ()), 0)
+    assert sources == 48
+    assert sources / batches > 1, "concurrent requests should share batches"
+
+
+@pytest.mark.parametrize("request_,message", [
+    (pb.TransduceRequest(), "inputs is empty"),
+    (pb.TransduceRequest(inputs=["ok", ""]), r"inputs\[1\] is empty"),
+    (pb.TransduceRequest(inputs=["   "]), r"inputs\[0\] is empty"),
+    (pb.TransduceRequest(inputs=["x" * 21]), r"inputs\[0\] has 21 characters; the limit is 20"),
+    (pb.TransduceRequest(inputs=["a"] * 9), "inputs has 9 entries; at most 8"),
+])
+async def test_bad_input_is_invalid_argument(stub, request_, message):
+    with pytest.raises(grpc.aio.AioRpcError) as e:
+        await stub.Transduce(request_)
+    assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert e.value.details() and __import__("re").search(message, e.value.details())
+
+
+async def test_non_utf8_input_is_invalid_argument_and_server_keeps_serving(server, stub):
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{server.port}") as channel:
+        raw = channel.unary_unary(f"/{SERVICE_NAME}/Transduce")  # no serializer: bytes on the wire
+        # field 1 (inputs), length 2, bytes 0xff 0xfe: not UTF-8
+        with pytest.raises(grpc.aio.AioRpcError) as e:
+            await raw(b"\x0a\x02\xff\xfe")
+    assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "UTF-8" in e.value.details()
+    reply = await stub.Transduce(pb.TransduceRequest(inputs=["still"]))
+    assert reply.results[0].attention.cols == 5
+
+
+async def test_unknown_model_is_not_found(stub):
+    with pytest.raises(grpc.aio.AioRpcError) as e:
+        await stub.Transduce(pb.TransduceRequest(inputs=["a"], model_name="nope"))
+    assert e.value.code() == grpc.StatusCode.NOT_FOUND and "nope" in e.value.details()
+    with pytest.raises(grpc.aio.AioRpcError) as e:
+        await stub.Transduce(pb.TransduceRequest(inputs=["a"], model_name="tiny", model_version="7"))
+    assert e.value.code() == grpc.StatusCode.NOT_FOUND
+
+
+async def test_model_info(stub):
+    info = await stub.GetModelInfo(pb.GetModelInfoRequest())
+    assert info.name == "tiny" and info.version == "1"
+    assert "a" in info.source_vocab and "AH" in info.target_vocab
+    assert {"dev_wer", "dev_per", "test_wer", "test_per"} <= set(info.metrics)
+    assert '"attention": "general"' in info.config_json
+
+
+async def test_request_metrics_by_rpc_and_code(server, stub):
+    with pytest.raises(grpc.aio.AioRpcError):
+        await stub.Transduce(pb.TransduceRequest())
+    await stub.Transduce(pb.TransduceRequest(inputs=["ok"]))
+    samples = metric_samples(server, "attnserve_request")
+    assert samples[("attnserve_requests_total", (("code", "INVALID_ARGUMENT"), ("rpc", "Transduce")))] >= 1
+    assert samples[("attnserve_requests_total", (("code", "OK"), ("rpc", "Transduce")))] >= 1
+    assert samples[("attnserve_request_duration_seconds_count", (("code", "OK"), ("rpc", "Transduce")))] >= 1
+    assert ("attnserve_queue_depth", ()) in metric_samples(server, "attnserve_queue")
+
+
+async def test_reflection_lists_the_services(server):
+    from grpc_reflection.v1alpha.proto_reflection_descriptor_database import ProtoReflectionDescriptorDatabase
+
+    def services():
+        with grpc.insecure_channel(f"127.0.0.1:{server.port}") as channel:
+            return ProtoReflectionDescriptorDatabase(channel).get_services()
+
+    names = await asyncio.to_thread(services)
+    assert SERVICE_NAME in names and "grpc.health.v1.Health" in names
+
+
+async def test_health_goes_not_serving_to_serving_to_not_serving(tiny_bundle):
+    s = build_server(config(tiny_bundle))
+    await s.start()
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{s.port}") as channel:
+        health = health_pb2_grpc.HealthStub(channel)
+        for service in ("", SERVICE_NAME):
+            reply = await health.Check(health_pb2.HealthCheckRequest(service=service))
+            assert reply.status == NOT_SERVING
+        with pytest.raises(grpc.aio.AioRpcError) as e:  # no model yet
+            await pbg.TransducerStub(channel).Transduce(pb.TransduceRequest(inputs=["a"]))
+        assert e.value.code() == grpc.StatusCode.UNAVAILABLE
+        await s.load()
+        reply = await health.Check(health_pb2.HealthCheckRequest(service=SERVICE_NAME))
+        assert reply.status == SERVING
+        watch = health.Watch(health_pb2.HealthCheckRequest(service=SERVICE_NAME))
+        assert (await watch.read()).status == SERVING
+        stopping = asyncio.create_task(s.stop(grace_s=2))
+        assert (await watch.read()).status == NOT_SERVING
+        watch.cancel()
+        await stopping
+
+
+async def test_a_bundle_with_bad_hashes_is_refused(tiny_bundle, tmp_path):
+    from service.bundle import load_bundle
+
+    bad = tmp_path / "tiny" / "1"
+    shutil.copytree(load_bundle(tiny_bundle).path, bad)
+    with (bad / "encoder.onnx").open("ab") as f:
+        f.write(b"tampered")
+    s = build_server(config(bad.parent))
+    await s.start()
+    with pytest.raises(BundleError, match="sha256 mismatch for 'encoder.onnx'"):
+        await s.load()
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{s.port}") as channel:
+        reply = await health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(service=""))
+        assert reply.status == NOT_SERVING
+    await s.stop(0)
