@@ -5,6 +5,8 @@ PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 MODEL_DIR ?= models/g2p-en
 PROTO := protos/attnserve/v1/attnserve.proto
+# The Open Inference Protocol (KServe v2 / Triton) service, served beside the native API.
+KSERVE_PROTO := protos/inference/grpc_service.proto
 GEN := gen/attnserve/v1/attnserve_pb2.py
 
 .PHONY: serve test install-serve install-dev protos train export evaluate clean
@@ -20,11 +22,11 @@ $(VENV)/bin/python:
 	$(PIP) install -q --upgrade pip
 
 # Generated code comes from grpcio-tools, never edited by hand.
-$(GEN): $(PROTO) $(VENV)/bin/python
+$(GEN): $(PROTO) $(KSERVE_PROTO) $(VENV)/bin/python
 	$(PIP) install -q grpcio-tools==1.85.1
-	mkdir -p gen/attnserve/v1
-	$(PY) -m grpc_tools.protoc -Iprotos --python_out=gen --pyi_out=gen --grpc_python_out=gen $(PROTO)
-	touch gen/attnserve/__init__.py gen/attnserve/v1/__init__.py
+	mkdir -p gen/attnserve/v1 gen/inference
+	$(PY) -m grpc_tools.protoc -Iprotos --python_out=gen --pyi_out=gen --grpc_python_out=gen $(PROTO) $(KSERVE_PROTO)
+	touch gen/attnserve/__init__.py gen/attnserve/v1/__init__.py gen/inference/__init__.py
 
 protos: $(GEN)
 

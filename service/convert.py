@@ -1,6 +1,7 @@
 """The edge: protobuf messages <-> domain values, and request validation.
 
-The only module besides the servicer that touches generated protobuf code.
+For attnserve.v1; the only other modules that touch generated protobuf code are the
+servicers (servicer.py, and kserve.py with its own conversion for the KServe v2 API).
 """
 from __future__ import annotations
 

@@ -20,10 +20,12 @@ from grpc_reflection.v1alpha import reflection
 from prometheus_client import start_http_server
 
 from attnserve.v1 import attnserve_pb2 as pb
+from inference import grpc_service_pb2_grpc as kserve_grpc
 from service.batcher import Batcher
 from service.bundle import BundleError, load_bundle
 from service.config import Config, parse_config
 from service.engine import Engine
+from service.kserve import KSERVE_SERVICE_NAME, KServeServicer
 from service.metrics import Metrics
 from service.servicer import SERVICE_NAME, TransducerServicer, handler
 
@@ -39,6 +41,7 @@ class AttnServer:
         self.cfg = cfg
         self.metrics = metrics or Metrics()
         self.servicer = TransducerServicer(cfg.server, self.metrics)
+        self.kserve = KServeServicer(cfg.server, self.metrics)  # Open Inference Protocol, same port
         self.health = health.aio.HealthServicer()
         self.batcher: Batcher | None = None
         self.port = 0
@@ -48,9 +51,10 @@ class AttnServer:
         self.grpc = grpc.aio.server(options=[("grpc.max_receive_message_length", limit),
                                              ("grpc.max_send_message_length", limit)])
         self.grpc.add_generic_rpc_handlers((handler(self.servicer),))
+        kserve_grpc.add_GRPCInferenceServiceServicer_to_server(self.kserve, self.grpc)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.grpc)
         reflection.enable_server_reflection(
-            (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), self.grpc)
+            (SERVICE_NAME, KSERVE_SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), self.grpc)
 
     async def start(self) -> None:
         """Bind the ports; the model is not loaded yet (health NOT_SERVING)."""
@@ -73,6 +77,7 @@ class AttnServer:
         self.batcher = Batcher(engine, self.cfg.batcher, self.metrics)
         self.batcher.start()
         self.servicer.attach(self.batcher, bundle)
+        self.kserve.attach(self.batcher, bundle)
         self.metrics.model_load_seconds.set(time.perf_counter() - started)
         self.metrics.model_info.labels(bundle.name, bundle.version).set(1)
         for service in ("", SERVICE_NAME):

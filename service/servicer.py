@@ -31,6 +31,30 @@ STATUS_OF = {
 }
 
 
+async def observe(metrics: Metrics, rpc: str, context, work):
+    """Await one RPC's work: record its metrics and turn a domain error into its status code.
+
+    Shared by every service on the server so that all map errors and label metrics alike.
+    """
+    started = time.perf_counter()
+    code = grpc.StatusCode.OK
+    try:
+        return await work
+    except asyncio.CancelledError:  # the client cancelled or its deadline passed
+        code = grpc.StatusCode.CANCELLED
+        raise
+    except tuple(STATUS_OF) as e:
+        code = STATUS_OF[type(e)]
+        message = str(e)
+    except Exception as e:  # keep serving; the client sees INTERNAL, the log has the cause
+        log.exception("%s failed", rpc)
+        code, message = grpc.StatusCode.INTERNAL, f"internal error: {type(e).__name__}: {e}"
+    finally:
+        metrics.requests.labels(rpc, code.name).inc()
+        metrics.request_seconds.labels(rpc, code.name).observe(time.perf_counter() - started)
+    await context.abort(code, message)
+
+
 class TransducerServicer:
     def __init__(self, limits: ServerConfig, metrics: Metrics):
         self.limits = limits
@@ -43,10 +67,10 @@ class TransducerServicer:
         self.batcher, self.bundle = batcher, bundle
 
     async def Transduce(self, raw: bytes, context: grpc.aio.ServicerContext) -> pb.TransduceResponse:
-        return await self._observe("Transduce", context, self._transduce(raw))
+        return await observe(self.metrics, "Transduce", context, self._transduce(raw))
 
     async def GetModelInfo(self, request: pb.GetModelInfoRequest, context) -> pb.ModelInfo:
-        return await self._observe("GetModelInfo", context, self._model_info())
+        return await observe(self.metrics, "GetModelInfo", context, self._model_info())
 
     async def _transduce(self, raw: bytes) -> pb.TransduceResponse:
         batcher, bundle = self._ready()
@@ -62,25 +86,6 @@ class TransducerServicer:
         if self.batcher is None or self.bundle is None:
             raise NotReady("model is still loading; retry when health reports SERVING")
         return self.batcher, self.bundle
-
-    async def _observe(self, rpc: str, context, work):
-        started = time.perf_counter()
-        code = grpc.StatusCode.OK
-        try:
-            return await work
-        except asyncio.CancelledError:  # the client cancelled or its deadline passed
-            code = grpc.StatusCode.CANCELLED
-            raise
-        except tuple(STATUS_OF) as e:
-            code = STATUS_OF[type(e)]
-            message = str(e)
-        except Exception as e:  # keep serving; the client sees INTERNAL, the log has the cause
-            log.exception("%s failed", rpc)
-            code, message = grpc.StatusCode.INTERNAL, f"internal error: {type(e).__name__}: {e}"
-        finally:
-            self.metrics.requests.labels(rpc, code.name).inc()
-            self.metrics.request_seconds.labels(rpc, code.name).observe(time.perf_counter() - started)
-        await context.abort(code, message)
 
 
 def handler(servicer: TransducerServicer) -> grpc.GenericRpcHandler:

@@ -107,7 +107,8 @@ def greedy_outputs(model: Seq2Seq, sources: list[tuple[str, ...]], src_vocab: Vo
     return hyps
 
 
-def train(model_cfg_kwargs: dict, tcfg: TrainConfig, splits, data_desc: dict, out: Path) -> dict:
+def train(model_cfg_kwargs: dict, tcfg: TrainConfig, splits, data_desc: dict, out: Path,
+          init_from: Path | None = None) -> dict:
     torch.manual_seed(tcfg.seed)
     rng = random.Random(tcfg.seed)
     if tcfg.threads:
@@ -116,6 +117,15 @@ def train(model_cfg_kwargs: dict, tcfg: TrainConfig, splits, data_desc: dict, ou
     tgt_vocab = Vocab.build(p.tgt for p in splits["train"])
     cfg = ModelConfig(src_vocab_size=len(src_vocab), tgt_vocab_size=len(tgt_vocab), **model_cfg_kwargs)
     model = Seq2Seq(cfg)
+    if init_from:  # continue training a checkpoint (e.g. with a lower learning rate)
+        ckpt = torch.load(init_from, map_location="cpu", weights_only=False)
+        if ckpt["src_vocab"] != src_vocab.itos or ckpt["tgt_vocab"] != tgt_vocab.itos:
+            raise SystemExit(f"{init_from}: vocabularies differ from this corpus's")
+        cfg = ModelConfig(**ckpt["model_config"])
+        model = Seq2Seq(cfg)
+        model.load_state_dict(ckpt["state_dict"])
+        data_desc = {**data_desc, "continued_from": {"checkpoint": str(init_from), "epoch": ckpt["epoch"],
+                                                     "dev_wer": ckpt["dev_wer"], "history": ckpt["history"]}}
     n_params = sum(p.numel() for p in model.parameters())
     train_ids = [(src_vocab.encode(p.src), tgt_vocab.encode(p.tgt)) for p in splits["train"]]
     dev_refs = references(splits["dev"])
@@ -178,6 +188,7 @@ def parse_args(argv=None):
     p.add_argument("--tgt-tokens", choices=["chars", "words"], default="words")
     p.add_argument("--keep-stress", action="store_true", help="keep CMUdict stress digits")
     p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--init-from", type=Path, help="continue from this checkpoint (its model config is used)")
     for field, default in ModelConfig.__dataclass_fields__.items():
         if field.endswith("vocab_size"):
             continue
@@ -203,7 +214,7 @@ def main(argv=None):
     model_kwargs = {f: getattr(args, f) for f in ModelConfig.__dataclass_fields__ if not f.endswith("vocab_size")}
     tcfg = TrainConfig(**{f: getattr(args, f) for f in TrainConfig.__dataclass_fields__})
     splits, desc = load_corpus(args)
-    result = train(model_kwargs, tcfg, splits, desc, args.out)
+    result = train(model_kwargs, tcfg, splits, desc, args.out, args.init_from)
     print(json.dumps(result), flush=True)
 
 

@@ -1,0 +1,32 @@
+"""Configuration from flags and ATTNSERVE_* environment variables."""
+from pathlib import Path
+
+import pytest
+
+from service.config import ServerConfig, parse_config
+from service.engine import EngineConfig
+
+
+def test_defaults_work():
+    cfg = parse_config([], {})
+    assert cfg.server.port == 50051 and cfg.model_dir == Path("models/g2p-en")
+
+
+def test_environment_then_flags():
+    env = {"ATTNSERVE_PORT": "6000", "ATTNSERVE_MAX_WAIT_MS": "9", "ATTNSERVE_MODEL_DIR": "/m"}
+    cfg = parse_config(["--max-wait-ms", "3.5"], env)
+    assert cfg.server.port == 6000
+    assert cfg.batcher.max_wait_ms == 3.5  # the flag wins
+    assert cfg.model_dir == Path("/m")
+
+
+def test_bad_values_name_the_field(capsys):
+    with pytest.raises(SystemExit):
+        parse_config(["--max-batch-size", "0"], {})
+    assert "max_batch_size must be >= 1, got 0" in capsys.readouterr().err
+    with pytest.raises(SystemExit, match="ATTNSERVE_PORT='abc'"):
+        parse_config([], {"ATTNSERVE_PORT": "abc"})
+    with pytest.raises(ValueError, match="port must be in 0..65535, got 70000"):
+        ServerConfig(port=70000)
+    with pytest.raises(ValueError, match="max_output_len"):
+        EngineConfig(max_output_len=0)

@@ -1,0 +1,47 @@
+"""Serving never needs torch: not imported by service/, not required by the serve extra."""
+import re
+import subprocess
+import sys
+import tomllib
+from importlib.metadata import PackageNotFoundError, requires
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_no_torch_import_under_service():
+    offenders = [str(p) for p in (REPO / "service").rglob("*.py")
+                 if re.search(r"^\s*(import torch|from torch)", p.read_text(), re.M)]
+    assert offenders == []
+
+
+def test_serving_modules_import_with_torch_blocked():
+    # sys.modules["torch"] = None makes any `import torch` raise ImportError.
+    code = ("import sys; sys.modules['torch'] = None\n"
+            "import service.server, service.client, service.healthcheck, service.engine\n"
+            "print('ok')")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "ok"
+
+
+def _name(requirement: str) -> str:
+    return re.split(r"[\s<>=!~;\[]", requirement, maxsplit=1)[0].lower().replace("_", "-")
+
+
+def test_serve_extra_does_not_pull_torch():
+    """Walk the installed dependency closure of the serve extra's pins."""
+    serve = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]["serve"]
+    seen, todo = set(), [_name(r) for r in serve]
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        try:
+            reqs = requires(name) or []
+        except PackageNotFoundError:
+            continue
+        todo += [_name(r) for r in reqs if "extra ==" not in r]
+    assert "onnxruntime" in seen and "grpcio" in seen
+    assert "torch" not in seen
