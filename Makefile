@@ -41,14 +41,17 @@ $(VENV)/.dev-installed: pyproject.toml $(GEN)
 install-serve: $(VENV)/.serve-installed
 install-dev: $(VENV)/.dev-installed
 
-# Reproduces the shipped model (about an hour on 2 CPU cores), then exports it.
+# Reproduces the shipped model on CPU: 6 epochs at lr 3e-3 (about 20 minutes on 2 cores),
+# then a second stage from that checkpoint with a decaying lr and dev-WER early stopping.
 train: $(VENV)/.dev-installed
 	$(PY) -m training.train --corpus cmudict --out runs/g2p-en --cell lstm --hidden-size 256 \
-	  --enc-layers 2 --emb-dim 64 --batch-size 256 --lr 3e-3 --patience-epochs 3 --max-epochs 40 \
-	  --max-minutes 75 --threads 2 --seed 1
+	  --enc-layers 2 --emb-dim 64 --attention general --batch-size 256 --lr 3e-3 --max-epochs 6 --threads 2 --seed 1
+	$(PY) -m training.train --corpus cmudict --out runs/g2p-en-stage2 --init-from runs/g2p-en/best.pt \
+	  --batch-size 256 --lr 1.5e-3 --epoch-lr-decay 0.85 --patience-epochs 3 --max-epochs 30 \
+	  --max-minutes 55 --threads 2 --seed 2
 
 export: $(VENV)/.dev-installed
-	$(PY) -m training.export --checkpoint runs/g2p-en/best.pt --out $(MODEL_DIR)/1
+	$(PY) -m training.export --checkpoint runs/g2p-en-stage2/best.pt --out $(MODEL_DIR)/1
 
 # Test-split WER/PER through a running server (start one with `make serve`).
 evaluate: $(VENV)/.dev-installed

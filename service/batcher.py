@@ -1,9 +1,17 @@
-"""Request-level dynamic batching: sources from concurrent calls share one engine batch.
+"""Batching: sources from concurrent calls share the engine.
 
-A request's sources go into one bounded queue. The batch loop takes up to
-`max_batch_size` of them, waiting at most `max_wait_ms` after the first arrival
-for company, decodes them in a worker thread and resolves each source's future.
-Knows nothing of gRPC: callers get results or the domain errors below.
+A request's sources go into one bounded queue, each with its own future. Two modes:
+
+- `Batcher` (request-level): take up to `max_batch_size` sources, waiting at most
+  `max_wait_ms` after the first arrival for company, decode them to the end
+  together, resolve every future.
+- `ContinuousBatcher` (step-level): the decoder runs as a loop of steps over the
+  active sequences; queued sources join at the next step (after their encoder
+  pass) and a sequence leaves the moment it emits </s> or reaches its length
+  limit, so short outputs never wait for long ones.
+
+Knows nothing of gRPC: callers get results or the domain errors below. All
+numeric work runs in one worker thread; futures are resolved on the event loop.
 """
 from __future__ import annotations
 
@@ -13,8 +21,10 @@ from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from service.config import BatcherConfig
-from service.engine import Decoded, Engine
+from service.engine import Decoded, Engine, Running
 from service.metrics import Metrics
 
 
@@ -103,12 +113,19 @@ class Batcher:
                 await asyncio.wait_for(self._arrived.wait(), remaining)
             except asyncio.TimeoutError:
                 break
+        return self._pop_live(self.cfg.max_batch_size)
+
+    def _pop_live(self, n: int) -> list[_Item]:
+        """Up to n queued sources whose callers are still waiting."""
         batch = []
-        while self._queue and len(batch) < self.cfg.max_batch_size:
+        while self._queue and len(batch) < n:
             item = self._queue.popleft()
             if not item.future.done():  # skip sources whose caller went away
                 batch.append(item)
         self.metrics.queue_depth.set(len(self._queue))
+        now = time.perf_counter()
+        for it in batch:
+            self.metrics.queue_wait_seconds.observe(now - it.enqueued_s)
         return batch
 
     async def _run(self) -> None:
@@ -118,8 +135,6 @@ class Batcher:
             if not batch:
                 continue
             now = time.perf_counter()
-            for it in batch:
-                self.metrics.queue_wait_seconds.observe(now - it.enqueued_s)
             self.metrics.batch_size.observe(len(batch))
             try:
                 results = await loop.run_in_executor(
@@ -137,3 +152,82 @@ class Batcher:
             for it, r in zip(batch, results):
                 if not it.future.done():
                     it.future.set_result(r)
+
+
+@dataclass
+class _Seq:
+    """A source being decoded by the continuous batcher."""
+
+    item: _Item
+    limit: int
+    ids: list[int] = field(default_factory=list)
+    attn: list[np.ndarray] = field(default_factory=list)  # one (S,) row per step
+    score: float = 0.0
+
+
+class ContinuousBatcher(Batcher):
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        running: Running | None = None
+        seqs: list[_Seq] = []  # row i of `running` is seqs[i]
+        while True:
+            if not seqs:
+                running = None
+                while not self._queue:
+                    self._arrived.clear()
+                    await self._arrived.wait()
+            joining = self._pop_live(self.cfg.max_batch_size - len(seqs))
+            # A cancelled caller's sequence leaves the batch before the next step.
+            keep = [i for i, q in enumerate(seqs) if not q.item.future.done()]
+            try:
+                running, seqs, finished = await loop.run_in_executor(
+                    self._executor, self._step, running, seqs, keep, joining)
+            except Exception as e:  # fail this batch's callers, keep the loop
+                for it in [q.item for q in seqs] + joining:
+                    if not it.future.done():
+                        it.future.set_exception(e)
+                running, seqs = None, []
+                continue
+            for q, result in finished:
+                if not q.item.future.done():
+                    q.item.future.set_result(result)
+
+    def _step(self, running: Running | None, seqs: list[_Seq], keep: list[int], joining: list[_Item]):
+        """Worker thread: drop/admit rows, run one decoder step, retire finished rows."""
+        engine, cap = self.engine, self.engine.cfg.max_output_len
+        if running is not None and len(keep) < len(seqs):
+            running, seqs = running.select(np.array(keep, dtype=np.int64)), [seqs[i] for i in keep]
+        if joining:
+            new = engine.encode([it.tokens for it in joining])
+            running = new if not seqs else Running.concat(running, new)
+            seqs = seqs + [_Seq(it, min(it.max_output_len or cap, cap)) for it in joining]
+        if not seqs:
+            return None, [], []
+        started = time.perf_counter()
+        log_probs, attn, running = engine.step(running)  # (B, V), (B, S)
+        y = log_probs.argmax(axis=-1)  # (B,)
+        running.y_prev = y
+        self.metrics.batch_size.observe(len(seqs))
+        self.metrics.batch_seconds.observe(time.perf_counter() - started)
+        self.metrics.decode_steps.inc()
+        finished, keep = [], []
+        for i, q in enumerate(seqs):
+            token = int(y[i])
+            q.ids.append(token)
+            q.attn.append(attn[i])
+            q.score += float(log_probs[i, token])
+            if token == engine.eos_id or len(q.ids) >= q.limit:
+                S = len(q.item.tokens)
+                result = engine.result(q.item.tokens, q.ids, np.stack([a[:S] for a in q.attn]), q.score)
+                finished.append((q, result))
+                self.metrics.generated_tokens.inc(len(result.output_ids))
+                self.metrics.inputs.inc()
+            else:
+                keep.append(i)
+        if finished:
+            running, seqs = running.select(np.array(keep, dtype=np.int64)), [seqs[i] for i in keep]
+        return running, seqs, finished
+
+
+def make_batcher(engine: Engine, cfg: BatcherConfig, metrics: Metrics) -> Batcher:
+    return (ContinuousBatcher if cfg.mode == "continuous" else Batcher)(engine, cfg, metrics)

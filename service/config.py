@@ -37,13 +37,19 @@ class ServerConfig:
             raise ValueError(f"grace_period_s must be >= 0, got {self.grace_period_s}")
 
 
+BATCHING_MODES = ("continuous", "request")
+
+
 @dataclass(frozen=True)
 class BatcherConfig:
+    mode: str = "continuous"  # continuous: sequences join/leave between decoder steps; request: whole batches
     max_batch_size: int = 64  # sources decoded together
-    max_wait_ms: float = 2.0  # how long a first arrival waits for company
+    max_wait_ms: float = 2.0  # request mode: how long a first arrival waits for company
     max_queue_size: int = 4096  # queued sources; beyond it new requests are refused
 
     def __post_init__(self):
+        if self.mode not in BATCHING_MODES:
+            raise ValueError(f"mode must be one of {BATCHING_MODES}, got {self.mode!r}")
         if self.max_batch_size < 1:
             raise ValueError(f"max_batch_size must be >= 1, got {self.max_batch_size}")
         if self.max_wait_ms < 0:

@@ -21,7 +21,7 @@ from prometheus_client import start_http_server
 
 from attnserve.v1 import attnserve_pb2 as pb
 from inference import grpc_service_pb2_grpc as kserve_grpc
-from service.batcher import Batcher
+from service.batcher import Batcher, make_batcher
 from service.bundle import BundleError, load_bundle
 from service.config import Config, parse_config
 from service.engine import Engine
@@ -74,7 +74,7 @@ class AttnServer:
         bundle = await loop.run_in_executor(None, load_bundle, self.cfg.model_dir)
         engine = await loop.run_in_executor(None, Engine, bundle, self.cfg.engine)
         await loop.run_in_executor(None, engine.decode, [engine.tokenize(w) for w in WARMUP_WORDS])
-        self.batcher = Batcher(engine, self.cfg.batcher, self.metrics)
+        self.batcher = make_batcher(engine, self.cfg.batcher, self.metrics)
         self.batcher.start()
         self.servicer.attach(self.batcher, bundle)
         self.kserve.attach(self.batcher, bundle)

@@ -121,3 +121,137 @@ def test_config_errors_name_the_field():
         BatcherConfig(max_batch_size=0)
     with pytest.raises(ValueError, match="max_wait_ms"):
         BatcherConfig(max_wait_ms=-1)
+
+
+# --- continuous (step-level) batching -------------------------------------------------------
+
+from service.batcher import ContinuousBatcher  # noqa: E402
+from service.engine import EngineConfig, Running  # noqa: E402
+
+EOS = 2
+
+
+class StepEngine:
+    """A deterministic step-level engine: each source is copied out symbol by symbol, then </s>.
+
+    The 'decoder state' is the position in the source, so rows joining and leaving
+    between steps must keep their own positions for the outputs to come out right.
+    """
+
+    eos_id = EOS
+    tgt_joiner = ""
+
+    def __init__(self, max_output_len=40):
+        self.cfg = EngineConfig(max_output_len=max_output_len)
+        self.step_batches: list[list[str]] = []  # the sources in each step, in row order
+        self.fail_when = None
+
+    def tokenize(self, text):
+        return list(text)
+
+    def encode(self, sources):
+        B, S = len(sources), max(len(s) for s in sources)
+        enc = np.zeros((B, S, 1), dtype=np.float32)
+        pad = np.ones((B, S), dtype=bool)
+        for b, s in enumerate(sources):
+            enc[b, :len(s), 0] = [ord(ch) for ch in s]
+            pad[b, :len(s)] = False
+        return Running(np.ones(B, dtype=np.int64), {"feed": np.zeros((B, 1), dtype=np.float32)}, enc, enc.copy(), pad)
+
+    def step(self, run):
+        B, S = run.pad_mask.shape
+        pos = run.state["feed"][:, 0].astype(int)
+        lengths = (~run.pad_mask).sum(axis=1)
+        self.step_batches.append(["".join(chr(int(c)) for c in run.enc_out[b, :lengths[b], 0]) for b in range(B)])
+        if self.fail_when and any(self.fail_when in w for w in self.step_batches[-1]):
+            raise RuntimeError("injected engine fault")
+        log_probs = np.full((B, 200), -10.0, dtype=np.float32)
+        for b in range(B):
+            log_probs[b, int(run.enc_out[b, pos[b], 0]) if pos[b] < lengths[b] else EOS] = -0.1
+        attn = np.where(run.pad_mask, 0.0, 1.0 / lengths[:, None]).astype(np.float32)
+        return log_probs, attn, Running(run.y_prev, {"feed": run.state["feed"] + 1}, run.enc_out, run.keys, run.pad_mask)
+
+    def result(self, src_tokens, ids, attn, score):
+        out = [i for i in ids if i != EOS]
+        return Decoded(src_tokens=list(src_tokens), output_ids=out, output_tokens=[chr(i) for i in out], score=score,
+                       attn=attn, finished=bool(ids) and ids[-1] == EOS)
+
+
+async def continuous(engine, **cfg):
+    b = ContinuousBatcher(engine, BatcherConfig(**cfg), Metrics())
+    b.start()
+    return b
+
+
+async def test_continuous_outputs_are_right_for_rows_joining_and_leaving():
+    engine = StepEngine()
+    b = await continuous(engine, max_batch_size=8)
+    words = ["a", "internationalization", "bc", "hello", "x", "abcdefghij"]
+    first = asyncio.ensure_future(b.transduce(words[:3]))
+    await asyncio.sleep(0.01)  # the second request joins a batch already running
+    second = asyncio.ensure_future(b.transduce(words[3:]))
+    results = (await first) + (await second)
+    for w, r in zip(words, results):
+        assert "".join(r.output_tokens) == w and r.finished
+        assert r.attn.shape == (len(w) + 1, len(w))
+        assert np.allclose(r.attn.sum(axis=1), 1.0)
+    await b.stop()
+
+
+async def test_short_sequences_leave_without_waiting_for_long_ones():
+    engine = StepEngine()
+    b = await continuous(engine, max_batch_size=8)
+    long_call = asyncio.ensure_future(b.transduce(["x" * 35]))
+    await asyncio.sleep(0.01)
+    short = await b.transduce(["ab"])
+    assert not long_call.done(), "the short word finished while the long one was still decoding"
+    assert "".join(short[0].output_tokens) == "ab"
+    await long_call
+    # the short word joined a step where the long one was already running
+    assert any(len(batch) == 2 for batch in engine.step_batches)
+    await b.stop()
+
+
+async def test_continuous_respects_max_batch_size_and_length_limits():
+    engine = StepEngine(max_output_len=5)
+    b = await continuous(engine, max_batch_size=3)
+    results = await asyncio.gather(*(b.transduce([f"word{i}" * 3]) for i in range(7)))
+    assert max(len(batch) for batch in engine.step_batches) <= 3
+    for (r,) in results:
+        assert len(r.attn) == 5 and not r.finished  # cut by the engine's cap
+    (r,) = await b.transduce(["abcdef"], max_output_len=2)
+    assert r.output_tokens == ["a", "b"] and not r.finished
+    await b.stop()
+
+
+async def test_cancelled_sequence_leaves_the_running_batch():
+    engine = StepEngine(max_output_len=40)
+    engine_step = engine.step
+
+    def slow_step(run):  # give the test time to cancel between steps
+        time.sleep(0.002)
+        return engine_step(run)
+
+    engine.step = slow_step
+    b = await continuous(engine, max_batch_size=8)
+    doomed = asyncio.ensure_future(b.transduce(["d" * 39]))
+    keeper = asyncio.ensure_future(b.transduce(["k" * 30]))
+    await asyncio.sleep(0.02)
+    doomed.cancel()
+    steps_at_cancel = len(engine.step_batches)
+    (r,) = await keeper
+    assert "".join(r.output_tokens) == "k" * 30
+    with_doomed = [i for i, batch in enumerate(engine.step_batches) if "d" * 39 in batch]
+    assert max(with_doomed) <= steps_at_cancel  # at most the step already under way
+    await b.stop()
+
+
+async def test_continuous_engine_fault_fails_its_batch_and_the_loop_survives():
+    engine = StepEngine()
+    engine.fail_when = "boom"
+    b = await continuous(engine, max_batch_size=8)
+    with pytest.raises(RuntimeError, match="injected engine fault"):
+        await b.transduce(["boom"])
+    (r,) = await b.transduce(["fine"])
+    assert "".join(r.output_tokens) == "fine"
+    await b.stop()

@@ -32,6 +32,7 @@ class TrainConfig:
     batch_size: int = 256
     lr: float = 3e-3
     lr_decay: float = 0.5  # multiply lr by this when dev WER does not improve
+    epoch_lr_decay: float = 1.0  # and by this after every epoch (1 = off)
     min_lr: float = 1e-4
     clip_grad_norm: float = 1.0
     label_smoothing: float = 0.1
@@ -169,8 +170,9 @@ def train(model_cfg_kwargs: dict, tcfg: TrainConfig, splits, data_desc: dict, ou
                         "dev_per": dev.per, "history": history}, out / "best.pt")
         else:
             bad_epochs += 1
-            for g in opt.param_groups:
-                g["lr"] = max(tcfg.min_lr, g["lr"] * tcfg.lr_decay)
+        decay = tcfg.epoch_lr_decay * (tcfg.lr_decay if bad_epochs else 1.0)
+        for g in opt.param_groups:
+            g["lr"] = max(tcfg.min_lr, g["lr"] * decay)
         if bad_epochs >= tcfg.patience_epochs:
             print(f"early stop: no dev improvement for {bad_epochs} epochs", flush=True)
             break
