@@ -24,7 +24,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from service.config import BatcherConfig
-from service.engine import Decoded, Engine, Running
+from service.beam import beam_search
+from service.engine import GREEDY, Decoded, DecodeOptions, Engine, Running
 from service.metrics import Metrics
 
 
@@ -43,8 +44,8 @@ class NotReady(RuntimeError):
 @dataclass
 class _Item:
     tokens: list[str]
-    max_output_len: int
-    future: asyncio.Future
+    options: DecodeOptions
+    future: asyncio.Future  # -> list[Decoded], best hypothesis first
     enqueued_s: float = field(default_factory=time.perf_counter)
 
 
@@ -78,8 +79,11 @@ class Batcher:
         self.metrics.queue_depth.set(0)
         self._executor.shutdown(wait=True)
 
-    async def transduce(self, texts: list[str], max_output_len: int = 0) -> list[Decoded]:
-        """Decode every text; results in input order. Cancelling the caller drops its queued sources."""
+    async def transduce(self, texts: list[str], options: DecodeOptions = GREEDY) -> list[list[Decoded]]:
+        """Decode every text: per text its hypotheses, best first (one unless n_best > 1), in input order.
+
+        Cancelling the caller drops its sources from the queue and the running batch.
+        """
         if self._task is None:
             raise NotReady("model is not loaded yet")
         sources = [self.engine.tokenize(t) for t in texts]
@@ -89,7 +93,7 @@ class Batcher:
         if len(self._queue) + len(sources) > self.cfg.max_queue_size:
             raise Overloaded(f"queue is full ({len(self._queue)} of {self.cfg.max_queue_size} sources waiting)")
         loop = asyncio.get_running_loop()
-        items = [_Item(tokens, max_output_len, loop.create_future()) for tokens in sources]
+        items = [_Item(tokens, options, loop.create_future()) for tokens in sources]
         self._queue.extend(items)
         self.metrics.queue_depth.set(len(self._queue))
         self._arrived.set()
@@ -129,29 +133,53 @@ class Batcher:
         return batch
 
     async def _run(self) -> None:
-        loop = asyncio.get_running_loop()
         while True:
             batch = await self._next_batch()
             if not batch:
                 continue
-            now = time.perf_counter()
             self.metrics.batch_size.observe(len(batch))
-            try:
-                results = await loop.run_in_executor(
-                    self._executor, self.engine.decode, [it.tokens for it in batch],
-                    [it.max_output_len for it in batch])
-            except Exception as e:  # one bad batch fails its own callers, never the loop
-                for it in batch:
-                    if not it.future.done():
-                        it.future.set_exception(e)
-                continue
-            self.metrics.batch_seconds.observe(time.perf_counter() - now)
-            self.metrics.decode_steps.inc(max(r.attn.shape[0] for r in results))
-            self.metrics.generated_tokens.inc(sum(len(r.output_ids) for r in results))
-            self.metrics.inputs.inc(len(batch))
-            for it, r in zip(batch, results):
+            await self._decode_and_resolve(batch)
+
+    async def _decode_and_resolve(self, batch: list[_Item]) -> None:
+        """Decode whole items in the worker thread; an engine failure fails only these callers."""
+        started = time.perf_counter()
+        try:
+            results = await asyncio.get_running_loop().run_in_executor(self._executor, self._decode_whole, batch)
+        except Exception as e:
+            for it in batch:
                 if not it.future.done():
-                    it.future.set_result(r)
+                    it.future.set_exception(e)
+            return
+        self.metrics.batch_seconds.observe(time.perf_counter() - started)
+        for it, hyps in zip(batch, results):
+            if not it.future.done():
+                it.future.set_result(hyps)
+
+    def _decode_whole(self, batch: list[_Item]) -> list[list[Decoded]]:
+        """Worker thread: greedy items in one batch, beam items in one batch per option set."""
+        results: list[list[Decoded] | None] = [None] * len(batch)
+        greedy = [i for i, it in enumerate(batch) if it.options.beam_size == 1]
+        if greedy:
+            decoded = self.engine.decode([batch[i].tokens for i in greedy],
+                                         [batch[i].options.max_output_len for i in greedy])
+            self.metrics.decode_steps.inc(max(len(d.attn) for d in decoded))
+            for i, d in zip(greedy, decoded):
+                results[i] = [d]
+        for i, hyps in self._beam([(i, it) for i, it in enumerate(batch) if it.options.beam_size > 1]):
+            results[i] = hyps
+        for hyps in results:
+            self.metrics.generated_tokens.inc(len(hyps[0].output_ids))
+        self.metrics.inputs.inc(len(batch))
+        return results
+
+    def _beam(self, indexed: list[tuple[int, _Item]]):
+        """Beam-search items grouped by their options; yields (index, hypotheses)."""
+        groups: dict[DecodeOptions, list[tuple[int, _Item]]] = {}
+        for i, it in indexed:
+            groups.setdefault(it.options, []).append((i, it))
+        for opts, members in groups.items():
+            hyps = beam_search(self.engine, [it.tokens for _, it in members], opts)
+            yield from zip((i for i, _ in members), hyps)
 
 
 @dataclass
@@ -177,6 +205,10 @@ class ContinuousBatcher(Batcher):
                     self._arrived.clear()
                     await self._arrived.wait()
             joining = self._pop_live(self.cfg.max_batch_size - len(seqs))
+            beams = [it for it in joining if it.options.beam_size > 1]
+            if beams:  # beam search runs as its own batch between steps
+                joining = [it for it in joining if it.options.beam_size == 1]
+                await self._decode_and_resolve(beams)
             # A cancelled caller's sequence leaves the batch before the next step.
             keep = [i for i, q in enumerate(seqs) if not q.item.future.done()]
             try:
@@ -190,17 +222,17 @@ class ContinuousBatcher(Batcher):
                 continue
             for q, result in finished:
                 if not q.item.future.done():
-                    q.item.future.set_result(result)
+                    q.item.future.set_result([result])
 
     def _step(self, running: Running | None, seqs: list[_Seq], keep: list[int], joining: list[_Item]):
         """Worker thread: drop/admit rows, run one decoder step, retire finished rows."""
-        engine, cap = self.engine, self.engine.cfg.max_output_len
+        engine = self.engine
         if running is not None and len(keep) < len(seqs):
             running, seqs = running.select(np.array(keep, dtype=np.int64)), [seqs[i] for i in keep]
         if joining:
             new = engine.encode([it.tokens for it in joining])
             running = new if not seqs else Running.concat(running, new)
-            seqs = seqs + [_Seq(it, min(it.max_output_len or cap, cap)) for it in joining]
+            seqs = seqs + [_Seq(it, engine.limit(it.options.max_output_len)) for it in joining]
         if not seqs:
             return None, [], []
         started = time.perf_counter()

@@ -12,7 +12,7 @@ from google.protobuf.message import DecodeError
 
 from attnserve.v1 import attnserve_pb2 as pb
 from service.config import ServerConfig
-from service.engine import Decoded
+from service.engine import Decoded, DecodeOptions
 
 EOS_LABEL = "</s>"
 
@@ -28,8 +28,9 @@ class UnknownModel(LookupError):
 @dataclass(frozen=True)
 class TransduceCall:
     texts: list[str]
-    max_output_len: int  # 0 = the engine's limit
+    options: DecodeOptions
     return_attention: bool
+    request_id: str = ""
 
 
 def parse_transduce(raw: bytes, limits: ServerConfig, model_name: str, model_version: str) -> TransduceCall:
@@ -57,13 +58,24 @@ def parse_transduce(raw: bytes, limits: ServerConfig, model_name: str, model_ver
         if len(text) > limits.max_input_len:
             raise BadRequest(f"inputs[{i}] has {len(text)} characters; the limit is {limits.max_input_len}")
     opts = req.options
-    return TransduceCall(texts=list(req.inputs), max_output_len=opts.max_output_len,
+    try:
+        options = DecodeOptions(max_output_len=opts.max_output_len, beam_size=max(1, opts.beam_size),
+                                n_best=max(1, opts.n_best),
+                                length_penalty_alpha=opts.length_penalty_alpha
+                                if opts.HasField("length_penalty_alpha") else 0.0)
+    except ValueError as e:
+        raise BadRequest(f"options.{e}") from None
+    return TransduceCall(texts=list(req.inputs), options=options, request_id=req.request_id,
                          return_attention=opts.return_attention if opts.HasField("return_attention") else True)
 
 
-def to_result(d: Decoded, joiner: str, return_attention: bool) -> pb.Result:
+def to_result(hyps: list[Decoded], joiner: str, return_attention: bool) -> pb.Result:
+    """The best hypothesis, with the others (beam search n_best) as its alternatives."""
+    d = hyps[0]
     result = pb.Result(output_tokens=d.output_tokens, output_text=joiner.join(d.output_tokens),
-                       log_prob=d.score, finished=d.finished)
+                       log_prob=d.score, finished=d.finished,
+                       score=d.score if d.rank_score is None else d.rank_score,
+                       alternatives=[to_result([h], joiner, return_attention) for h in hyps[1:]])
     if return_attention:
         T, S = d.attn.shape
         result.attention.CopyFrom(pb.Attention(
@@ -72,9 +84,21 @@ def to_result(d: Decoded, joiner: str, return_attention: bool) -> pb.Result:
     return result
 
 
-def to_response(results: list[Decoded], call: TransduceCall, joiner: str, name: str, version: str):
-    return pb.TransduceResponse(results=[to_result(d, joiner, call.return_attention) for d in results],
-                                model_name=name, model_version=version)
+def to_response(results: list[list[Decoded]], call: TransduceCall, joiner: str, name: str, version: str):
+    return pb.TransduceResponse(results=[to_result(hyps, joiner, call.return_attention) for hyps in results],
+                                model_name=name, model_version=version, request_id=call.request_id)
+
+
+def request_id_of(raw: bytes) -> str:
+    """The request_id of a serialized request, or "" when it does not parse."""
+    try:
+        return pb.TransduceRequest.FromString(raw).request_id
+    except DecodeError:
+        return ""
+
+
+def to_error_response(code_name: str, message: str, request_id: str) -> pb.TransduceResponse:
+    return pb.TransduceResponse(request_id=request_id, error=pb.Error(code=code_name, message=message))
 
 
 def to_model_info(manifest: dict) -> pb.ModelInfo:

@@ -26,6 +26,32 @@ class EngineConfig:
             raise ValueError(f"max_output_len must be >= 1, got {self.max_output_len}")
 
 
+MAX_BEAM_SIZE = 16
+
+
+@dataclass(frozen=True)
+class DecodeOptions:
+    """Per-request decoding options (validated at the edge, checked again here)."""
+
+    max_output_len: int = 0  # 0 = the engine's cap
+    beam_size: int = 1  # 1 = greedy
+    n_best: int = 1
+    length_penalty_alpha: float = 0.0  # beam ranking: log_prob / length ** alpha
+
+    def __post_init__(self):
+        if self.max_output_len < 0:
+            raise ValueError(f"max_output_len must be >= 0, got {self.max_output_len}")
+        if not 1 <= self.beam_size <= MAX_BEAM_SIZE:
+            raise ValueError(f"beam_size must be in 1..{MAX_BEAM_SIZE}, got {self.beam_size}")
+        if not 1 <= self.n_best <= self.beam_size:
+            raise ValueError(f"n_best must be in 1..beam_size ({self.beam_size}), got {self.n_best}")
+        if not 0.0 <= self.length_penalty_alpha <= 4.0:  # also rejects NaN
+            raise ValueError(f"length_penalty_alpha must be in [0, 4], got {self.length_penalty_alpha}")
+
+
+GREEDY = DecodeOptions()
+
+
 @dataclass(frozen=True)
 class Decoded:
     """One decoded source. `attn` has a row per decoder step, `</s>` included when emitted."""
@@ -36,6 +62,7 @@ class Decoded:
     score: float  # log-probability of the output, </s> included
     attn: np.ndarray  # (T, S) float32
     finished: bool  # emitted </s> before the length limit
+    rank_score: float | None = None  # beam search: the length-normalised score it was ranked by
 
 
 @dataclass
@@ -159,6 +186,9 @@ class Engine:
         ids = np.stack(steps_ids, axis=1)  # (B, T)
         attn = np.stack(steps_attn, axis=1)  # (B, T, S)
         return [self.result(sources[b], ids[b, :steps[b]], attn[b], float(score[b])) for b in range(B)]
+
+    def limit(self, max_output_len: int) -> int:
+        return min(max_output_len or self.cfg.max_output_len, self.cfg.max_output_len)
 
     def result(self, src_tokens: list[str], ids, attn: np.ndarray, score: float) -> Decoded:
         """A Decoded from one row's emitted ids (</s> last when finished) and its (>=T, >=S) attention."""

@@ -26,7 +26,7 @@ from service.batcher import Batcher, NotReady
 from service.bundle import Bundle
 from service.config import ServerConfig
 from service.convert import BadRequest, UnknownModel
-from service.engine import Decoded
+from service.engine import Decoded, DecodeOptions
 from service.metrics import Metrics
 from service.servicer import observe
 
@@ -221,8 +221,8 @@ class KServeServicer:
     async def _infer(self, request: pb.ModelInferRequest) -> pb.ModelInferResponse:
         batcher, bundle = self._ready()
         call = parse_infer(request, self.limits, bundle)
-        results = await batcher.transduce(call.texts, call.max_output_len)
-        return to_infer_response(request, call, results, batcher.engine.tgt_joiner, bundle)
+        hyps = await batcher.transduce(call.texts, DecodeOptions(max_output_len=call.max_output_len))
+        return to_infer_response(request, call, [h[0] for h in hyps], batcher.engine.tgt_joiner, bundle)
 
     def _ready(self) -> tuple[Batcher, Bundle]:
         if self.batcher is None or self.bundle is None:

@@ -31,6 +31,19 @@ STATUS_OF = {
 }
 
 
+def status_of(e: Exception, rpc: str) -> tuple[grpc.StatusCode, str]:
+    """The status code and message a domain error maps to; anything unexpected is INTERNAL."""
+    if type(e) in STATUS_OF:
+        return STATUS_OF[type(e)], str(e)
+    log.error("%s failed", rpc, exc_info=e)  # the client sees INTERNAL, the log has the cause
+    return grpc.StatusCode.INTERNAL, f"internal error: {type(e).__name__}: {e}"
+
+
+def record(metrics: Metrics, rpc: str, code: grpc.StatusCode, started: float) -> None:
+    metrics.requests.labels(rpc, code.name).inc()
+    metrics.request_seconds.labels(rpc, code.name).observe(time.perf_counter() - started)
+
+
 async def observe(metrics: Metrics, rpc: str, context, work):
     """Await one RPC's work: record its metrics and turn a domain error into its status code.
 
@@ -43,15 +56,10 @@ async def observe(metrics: Metrics, rpc: str, context, work):
     except asyncio.CancelledError:  # the client cancelled or its deadline passed
         code = grpc.StatusCode.CANCELLED
         raise
-    except tuple(STATUS_OF) as e:
-        code = STATUS_OF[type(e)]
-        message = str(e)
-    except Exception as e:  # keep serving; the client sees INTERNAL, the log has the cause
-        log.exception("%s failed", rpc)
-        code, message = grpc.StatusCode.INTERNAL, f"internal error: {type(e).__name__}: {e}"
+    except Exception as e:  # keep serving
+        code, message = status_of(e, rpc)
     finally:
-        metrics.requests.labels(rpc, code.name).inc()
-        metrics.request_seconds.labels(rpc, code.name).observe(time.perf_counter() - started)
+        record(metrics, rpc, code, started)
     await context.abort(code, message)
 
 
@@ -69,13 +77,47 @@ class TransducerServicer:
     async def Transduce(self, raw: bytes, context: grpc.aio.ServicerContext) -> pb.TransduceResponse:
         return await observe(self.metrics, "Transduce", context, self._transduce(raw))
 
+    async def TransduceStream(self, raw_requests, context: grpc.aio.ServicerContext):
+        """Every request message is decoded concurrently; responses go out as they finish.
+
+        A failing message gets a response with `error` set; the stream goes on.
+        """
+        done: asyncio.Queue[pb.TransduceResponse | None] = asyncio.Queue()
+
+        async def one(raw: bytes) -> None:
+            started, code = time.perf_counter(), grpc.StatusCode.OK
+            try:
+                response = await self._transduce(raw)
+            except Exception as e:
+                code, message = status_of(e, "TransduceStream")
+                response = convert.to_error_response(code.name, message, convert.request_id_of(raw))
+            record(self.metrics, "TransduceStream", code, started)
+            await done.put(response)
+
+        tasks: set[asyncio.Task] = set()
+
+        async def read_all() -> None:
+            async for raw in raw_requests:
+                tasks.add(asyncio.create_task(one(raw)))
+            await asyncio.gather(*tasks)
+            await done.put(None)
+
+        reader = asyncio.create_task(read_all())
+        try:
+            while (response := await done.get()) is not None:
+                yield response
+        finally:  # the client went away: stop its work in the batcher too
+            reader.cancel()
+            for task in tasks:
+                task.cancel()
+
     async def GetModelInfo(self, request: pb.GetModelInfoRequest, context) -> pb.ModelInfo:
         return await observe(self.metrics, "GetModelInfo", context, self._model_info())
 
     async def _transduce(self, raw: bytes) -> pb.TransduceResponse:
         batcher, bundle = self._ready()
         call = convert.parse_transduce(raw, self.limits, bundle.name, bundle.version)
-        results = await batcher.transduce(call.texts, call.max_output_len)
+        results = await batcher.transduce(call.texts, call.options)
         return convert.to_response(results, call, batcher.engine.tgt_joiner, bundle.name, bundle.version)
 
     async def _model_info(self) -> pb.ModelInfo:
@@ -93,6 +135,9 @@ def handler(servicer: TransducerServicer) -> grpc.GenericRpcHandler:
     return grpc.method_handlers_generic_handler(SERVICE_NAME, {
         "Transduce": grpc.unary_unary_rpc_method_handler(
             servicer.Transduce, request_deserializer=None,
+            response_serializer=pb.TransduceResponse.SerializeToString),
+        "TransduceStream": grpc.stream_stream_rpc_method_handler(
+            servicer.TransduceStream, request_deserializer=None,
             response_serializer=pb.TransduceResponse.SerializeToString),
         "GetModelInfo": grpc.unary_unary_rpc_method_handler(
             servicer.GetModelInfo, request_deserializer=pb.GetModelInfoRequest.FromString,

@@ -48,7 +48,7 @@ async def test_concurrent_requests_share_a_batch_and_keep_order():
     engine = FakeEngine()
     b = await started(engine, max_batch_size=64, max_wait_ms=20)
     results = await asyncio.gather(*(b.transduce([f"w{i}", f"x{i}"]) for i in range(10)))
-    for i, (r1, r2) in enumerate(results):
+    for i, ((r1,), (r2,)) in enumerate(results):
         assert r1.output_tokens == list(f"W{i}") and r2.output_tokens == list(f"X{i}")
     assert max(len(batch) for batch in engine.batches) > 2
     await b.stop()
@@ -84,7 +84,7 @@ async def test_an_engine_fault_fails_only_its_batch():
     b = await started(engine, max_batch_size=8, max_wait_ms=0)
     with pytest.raises(RuntimeError, match="engine failed on boom"):
         await b.transduce(["boom"])
-    (r,) = await b.transduce(["ok"])
+    ((r,),) = await b.transduce(["ok"])
     assert r.output_tokens == ["O", "K"]
     await b.stop()
 
@@ -100,7 +100,7 @@ async def test_cancelled_callers_are_dropped_from_the_queue():
     doomed.cancel()
     engine.gate.set()
     await first
-    (r,) = await b.transduce(["after"])
+    ((r,),) = await b.transduce(["after"])
     assert r.output_tokens == list("AFTER")
     assert ["doomed"] not in engine.batches
     await b.stop()
@@ -126,7 +126,7 @@ def test_config_errors_name_the_field():
 # --- continuous (step-level) batching -------------------------------------------------------
 
 from service.batcher import ContinuousBatcher  # noqa: E402
-from service.engine import EngineConfig, Running  # noqa: E402
+from service.engine import DecodeOptions, EngineConfig, Running  # noqa: E402
 
 EOS = 2
 
@@ -148,6 +148,9 @@ class StepEngine:
 
     def tokenize(self, text):
         return list(text)
+
+    def limit(self, max_output_len):
+        return min(max_output_len or self.cfg.max_output_len, self.cfg.max_output_len)
 
     def encode(self, sources):
         B, S = len(sources), max(len(s) for s in sources)
@@ -191,7 +194,7 @@ async def test_continuous_outputs_are_right_for_rows_joining_and_leaving():
     await asyncio.sleep(0.01)  # the second request joins a batch already running
     second = asyncio.ensure_future(b.transduce(words[3:]))
     results = (await first) + (await second)
-    for w, r in zip(words, results):
+    for w, (r,) in zip(words, results):
         assert "".join(r.output_tokens) == w and r.finished
         assert r.attn.shape == (len(w) + 1, len(w))
         assert np.allclose(r.attn.sum(axis=1), 1.0)
@@ -205,7 +208,7 @@ async def test_short_sequences_leave_without_waiting_for_long_ones():
     await asyncio.sleep(0.01)
     short = await b.transduce(["ab"])
     assert not long_call.done(), "the short word finished while the long one was still decoding"
-    assert "".join(short[0].output_tokens) == "ab"
+    assert "".join(short[0][0].output_tokens) == "ab"
     await long_call
     # the short word joined a step where the long one was already running
     assert any(len(batch) == 2 for batch in engine.step_batches)
@@ -217,9 +220,9 @@ async def test_continuous_respects_max_batch_size_and_length_limits():
     b = await continuous(engine, max_batch_size=3)
     results = await asyncio.gather(*(b.transduce([f"word{i}" * 3]) for i in range(7)))
     assert max(len(batch) for batch in engine.step_batches) <= 3
-    for (r,) in results:
+    for ((r,),) in results:
         assert len(r.attn) == 5 and not r.finished  # cut by the engine's cap
-    (r,) = await b.transduce(["abcdef"], max_output_len=2)
+    ((r,),) = await b.transduce(["abcdef"], DecodeOptions(max_output_len=2))
     assert r.output_tokens == ["a", "b"] and not r.finished
     await b.stop()
 
@@ -239,7 +242,7 @@ async def test_cancelled_sequence_leaves_the_running_batch():
     await asyncio.sleep(0.02)
     doomed.cancel()
     steps_at_cancel = len(engine.step_batches)
-    (r,) = await keeper
+    ((r,),) = await keeper
     assert "".join(r.output_tokens) == "k" * 30
     with_doomed = [i for i, batch in enumerate(engine.step_batches) if "d" * 39 in batch]
     assert max(with_doomed) <= steps_at_cancel  # at most the step already under way
@@ -252,6 +255,6 @@ async def test_continuous_engine_fault_fails_its_batch_and_the_loop_survives():
     b = await continuous(engine, max_batch_size=8)
     with pytest.raises(RuntimeError, match="injected engine fault"):
         await b.transduce(["boom"])
-    (r,) = await b.transduce(["fine"])
+    ((r,),) = await b.transduce(["fine"])
     assert "".join(r.output_tokens) == "fine"
     await b.stop()

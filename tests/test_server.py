@@ -186,3 +186,44 @@ async def test_a_bundle_with_bad_hashes_is_refused(tiny_bundle, tmp_path):
         reply = await health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(service=""))
         assert reply.status == NOT_SERVING
     await s.stop(0)
+
+
+async def test_beam_search_returns_n_best_each_with_attention(stub):
+    reply = await stub.Transduce(pb.TransduceRequest(
+        inputs=["phoenix", "a"], options=pb.DecodeOptions(beam_size=5, n_best=3, length_penalty_alpha=1.0)))
+    for word, r in zip(["phoenix", "a"], reply.results):
+        hyps = [r, *r.alternatives]
+        assert len(hyps) == 3
+        assert [h.score for h in hyps] == sorted((h.score for h in hyps), reverse=True)
+        assert len({tuple(h.output_tokens) for h in hyps}) == 3
+        for h in hyps:
+            assert h.attention.cols == len(word) and h.attention.rows == len(h.attention.target_labels)
+            m = np.array(h.attention.weights).reshape(h.attention.rows, h.attention.cols)
+            assert np.allclose(m.sum(axis=1), 1.0, atol=1e-5)
+
+
+@pytest.mark.parametrize("options,field", [(pb.DecodeOptions(beam_size=17), "beam_size"),
+                                           (pb.DecodeOptions(beam_size=2, n_best=3), "n_best"),
+                                           (pb.DecodeOptions(beam_size=2, length_penalty_alpha=-1), "length_penalty")])
+async def test_bad_decode_options_are_invalid_argument(stub, options, field):
+    with pytest.raises(grpc.aio.AioRpcError) as e:
+        await stub.Transduce(pb.TransduceRequest(inputs=["a"], options=options))
+    assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT and field in e.value.details()
+
+
+async def test_streaming_pipelines_many_requests_over_one_call(stub):
+    words = [f"stream{chr(97 + i % 26)}" for i in range(40)]
+
+    async def requests():
+        for i, w in enumerate(words):
+            yield pb.TransduceRequest(inputs=[w], request_id=str(i))
+        yield pb.TransduceRequest(inputs=[""], request_id="bad")  # fails alone, the stream goes on
+
+    replies = [r async for r in stub.TransduceStream(requests())]
+    by_id = {r.request_id: r for r in replies}
+    assert len(replies) == 41 and set(by_id) == {*map(str, range(40)), "bad"}
+    assert by_id["bad"].error.code == "INVALID_ARGUMENT" and "inputs[0] is empty" in by_id["bad"].error.message
+    unary = await stub.Transduce(pb.TransduceRequest(inputs=words[:3]))
+    for i in range(3):
+        assert by_id[str(i)].results[0].output_tokens == unary.results[i].output_tokens
+        assert not by_id[str(i)].HasField("error")

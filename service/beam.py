@@ -1,0 +1,105 @@
+"""Beam search over the engine's encoder and decoder-step graphs.
+
+Each source keeps `beam_size` rows in the batch. At every step the candidates
+(beam score + log p(token)) of all of a source's beams are ranked; those ending
+in </s> become finished hypotheses, the best others form the next beams, and
+the decoder state and attention history are reordered to follow their parents.
+
+Ranking uses log_prob / length ** alpha (length counts </s>). A source stops
+when it has `n_best` finished hypotheses and no live beam can still beat the
+worst of them: since log-probabilities only fall as a beam grows, a live beam's
+best possible normalised score is log_prob / max_len ** alpha.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from service.engine import Decoded, DecodeOptions, Engine
+
+NEG_INF = -np.inf
+
+
+@dataclass
+class _Hyp:
+    ids: list[int]
+    attn: list[np.ndarray]  # one (S,) row per step
+    log_prob: float
+
+
+@dataclass
+class _Source:
+    tokens: list[str]
+    limit: int
+    beams: list[_Hyp] = field(default_factory=list)
+    finished: list[tuple[float, _Hyp]] = field(default_factory=list)  # (rank score, hypothesis)
+    done: bool = False
+
+
+def _rank(log_prob: float, length: int, alpha: float) -> float:
+    return log_prob / (length ** alpha) if alpha else log_prob
+
+
+def beam_search(engine: Engine, sources: list[list[str]], opts: DecodeOptions) -> list[list[Decoded]]:
+    """The n_best hypotheses of each source, best first, each with its own attention matrix."""
+    k, alpha = opts.beam_size, opts.length_penalty_alpha
+    srcs = [_Source(tokens, engine.limit(opts.max_output_len), [_Hyp([], [], 0.0)]) for tokens in sources]
+    B = len(srcs)
+    run = engine.encode(sources).select(np.repeat(np.arange(B), k))  # (B*k) rows, beam j of source b at b*k+j
+    for step in range(max(s.limit for s in srcs)):
+        log_probs, attn, run = engine.step(run)  # (B*k, V), (B*k, S)
+        V = log_probs.shape[1]
+        rows, tokens = np.arange(B * k) % k, np.full(B * k, engine.eos_id, dtype=np.int64)
+        for b, src in enumerate(srcs):
+            if src.done:
+                continue
+            parents, next_tokens = _advance(src, log_probs[b * k:b * k + len(src.beams)], attn[b * k:], step,
+                                            k, alpha, opts.n_best, engine.eos_id)
+            n = len(parents)
+            rows[b * k:b * k + n] = b * k + np.asarray(parents, dtype=np.int64)
+            tokens[b * k:b * k + n] = next_tokens
+            rows[b * k + n:(b + 1) * k] = b * k  # idle rows: any valid row, their output is ignored
+        if all(s.done for s in srcs):
+            break
+        run = run.select(rows)
+        run.y_prev = tokens
+    return [_results(engine, src, opts.n_best) for src in srcs]
+
+
+def _advance(src: _Source, log_probs: np.ndarray, attn: np.ndarray, step: int, k: int, alpha: float,
+             n_best: int, eos: int) -> tuple[list[int], list[int]]:
+    """One step for one source: returns the parent beam and token of each new beam."""
+    n_live, V = log_probs.shape
+    cand = np.array([h.log_prob for h in src.beams])[:, None] + log_probs  # (n_live, V)
+    flat = cand.ravel()
+    order = np.argsort(-flat, kind="stable")[:2 * k]  # k live continuations exist among the top 2k
+    last_step = step + 1 >= src.limit
+    new_beams, parents, tokens = [], [], []
+    for idx in order:
+        parent, token = divmod(int(idx), V)
+        hyp = src.beams[parent]
+        child = _Hyp(hyp.ids + [token], hyp.attn + [attn[parent, :len(src.tokens)]], float(flat[idx]))
+        if token == eos or last_step:
+            src.finished.append((_rank(child.log_prob, len(child.ids), alpha), child))
+        elif len(new_beams) < k:
+            new_beams.append(child)
+            parents.append(parent)
+            tokens.append(token)
+    src.finished.sort(key=lambda f: -f[0])
+    del src.finished[n_best:]
+    src.beams = new_beams
+    if not new_beams:
+        src.done = True
+    elif len(src.finished) >= n_best:
+        best_possible = max(_rank(h.log_prob, src.limit, alpha) for h in new_beams)
+        src.done = src.finished[-1][0] >= best_possible
+    return parents, tokens
+
+
+def _results(engine: Engine, src: _Source, n_best: int) -> list[Decoded]:
+    out = []
+    for rank_score, hyp in src.finished[:n_best]:
+        d = engine.result(src.tokens, hyp.ids, np.stack(hyp.attn), hyp.log_prob)
+        out.append(Decoded(d.src_tokens, d.output_ids, d.output_tokens, d.score, d.attn, d.finished, rank_score))
+    return out

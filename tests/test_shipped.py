@@ -1,0 +1,80 @@
+"""The shipped model through the real entry points: what `make serve` and the README promise."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from service.bundle import load_bundle
+from tests.conftest import SHIPPED_MODEL, free_port
+
+BIN = Path(sys.executable).parent
+
+
+def test_shipped_bundle_verifies_and_states_its_quality():
+    m = load_bundle(SHIPPED_MODEL).manifest  # sha256 of every file checked
+    assert m["parity"]["words"] >= 1000 and m["parity"]["output_mismatches"] == 0
+    assert m["parity"]["max_attn_abs_diff"] <= 1e-4
+    assert m["metrics"]["test"]["wer"] <= 0.30 and m["metrics"]["test"]["per"] <= 0.08
+    assert "filter" in m["data"] and "split" in m["data"]
+
+
+@pytest.fixture(scope="module")
+def served():
+    port, metrics_port = free_port(), free_port()
+    env = {**os.environ, "ATTNSERVE_METRICS_PORT": str(metrics_port)}  # env equivalents work too
+    proc = subprocess.Popen([str(BIN / "attnserve-server"), "--model-dir", str(SHIPPED_MODEL),
+                             "--host", "127.0.0.1", "--port", str(port), "--grace-period-s", "5"],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    addr = f"127.0.0.1:{port}"
+    deadline = time.time() + 90
+    while time.time() < deadline:
+        check = subprocess.run([sys.executable, "-m", "service.healthcheck", "--addr", addr, "--timeout-s", "1"],
+                               capture_output=True, text=True)
+        if check.returncode == 0:
+            break
+        assert proc.poll() is None, proc.stdout.read()
+        time.sleep(0.5)
+    else:
+        proc.kill()
+        pytest.fail("server did not report SERVING within 90 s")
+    yield proc, addr
+    if proc.poll() is None:
+        proc.kill()
+
+
+def client(addr, *args):
+    return subprocess.run([str(BIN / "attnserve-client"), "phonemes", *args, "--server", addr],
+                          capture_output=True, text=True, timeout=60, env={**os.environ, "COLUMNS": "120"})
+
+
+def test_client_one_liner_prints_phonemes_and_a_heat_map(served):
+    _, addr = served
+    out = client(addr, "attention")
+    assert out.returncode == 0, out.stderr
+    assert "AH T EH N SH AH N" in out.stdout
+    first_lines = out.stdout.splitlines()
+    assert any(all(ch in line for ch in "atention") for line in first_lines)  # letter column labels
+
+
+def test_client_json_and_png(served, tmp_path):
+    _, addr = served
+    out = client(addr, "knight", "phoenix", "--json")
+    data = json.loads(out.stdout)
+    knight = data["results"][0]
+    assert knight["output_text"] == "N AY T"
+    assert knight["attention"]["rows"] == 4 and knight["attention"]["cols"] == 6
+    png = tmp_path / "attn.png"
+    out = client(addr, "exit", "--png", str(png))
+    assert out.returncode == 0, out.stderr
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_sigterm_exits_cleanly(served):
+    proc, _ = served
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == 0
