@@ -9,7 +9,7 @@ PROTO := protos/attnserve/v1/attnserve.proto
 KSERVE_PROTO := protos/inference/grpc_service.proto
 GEN := gen/attnserve/v1/attnserve_pb2.py
 
-.PHONY: serve test install-serve install-dev protos train export evaluate clean
+.PHONY: serve test install-serve install-dev protos train export quantize evaluate clean
 
 serve: $(VENV)/.serve-installed
 	$(VENV)/bin/attnserve-server --model-dir $(MODEL_DIR)
@@ -52,6 +52,10 @@ train: $(VENV)/.dev-installed
 
 export: $(VENV)/.dev-installed
 	$(PY) -m training.export --checkpoint runs/g2p-en-stage2/best.pt --out $(MODEL_DIR)/1
+
+# Adds int8 graphs (onnxruntime dynamic quantization) to the bundle, with their WER/PER.
+quantize: $(VENV)/.dev-installed
+	$(PY) -m training.quantize --bundle $(MODEL_DIR)/1
 
 # Test-split WER/PER through a running server (start one with `make serve`).
 evaluate: $(VENV)/.dev-installed

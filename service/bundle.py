@@ -40,7 +40,11 @@ class Bundle:
         return str(self.manifest["version"])
 
     def graph_path(self, role: str) -> Path:
-        return self.path / self.manifest["graphs"][role]
+        graphs = self.manifest["graphs"]
+        if role not in graphs:
+            raise BundleError(f"{self.path}: no {role!r} graph in the manifest (has {sorted(graphs)}); "
+                              f"int8 graphs come from `make quantize`")
+        return self.path / graphs[role]
 
 
 def resolve(model_dir: Path) -> Path:

@@ -18,8 +18,11 @@ from service.bundle import Bundle
 class EngineConfig:
     intra_op_threads: int = 1  # onnxruntime intra-op threads for the whole process
     max_output_len: int = 40  # hard cap on decoder steps per sequence
+    precision: str = "fp32"  # fp32 | int8 (the bundle's dynamically quantized graphs, `make quantize`)
 
     def __post_init__(self):
+        if self.precision not in ("fp32", "int8"):
+            raise ValueError(f"precision must be 'fp32' or 'int8', got {self.precision!r}")
         if self.intra_op_threads < 0:
             raise ValueError(f"intra_op_threads must be >= 0 (0 = onnxruntime default), got {self.intra_op_threads}")
         if self.max_output_len < 1:
@@ -128,8 +131,9 @@ class Engine:
         # Two sessions take turns every step: spinning threads would fight over the cores.
         opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
         providers = ["CPUExecutionProvider"]
-        self.encoder = ort.InferenceSession(str(bundle.graph_path("encoder")), opts, providers=providers)
-        self.decoder = ort.InferenceSession(str(bundle.graph_path("decoder_step")), opts, providers=providers)
+        suffix = "" if cfg.precision == "fp32" else f".{cfg.precision}"
+        self.encoder = ort.InferenceSession(str(bundle.graph_path("encoder" + suffix)), opts, providers=providers)
+        self.decoder = ort.InferenceSession(str(bundle.graph_path("decoder_step" + suffix)), opts, providers=providers)
         dec_inputs = {i.name for i in self.decoder.get_inputs()}
         self.state_names = [n for n in ("h", "c", "feed") if n in dec_inputs]
         self._enc_outputs = [o.name for o in self.encoder.get_outputs()]

@@ -1,0 +1,47 @@
+"""The int8 variant: quantized graphs in the bundle, hashed, evaluated, selectable at serve time."""
+import shutil
+
+import numpy as np
+import pytest
+
+from service.bundle import BundleError, load_bundle
+from service.engine import Engine, EngineConfig
+from training.quantize import quantize_bundle
+
+
+@pytest.fixture(scope="module")
+def quantized(tiny_bundle, tmp_path_factory):
+    path = tmp_path_factory.mktemp("q") / "tiny" / "1"
+    shutil.copytree(load_bundle(tiny_bundle).path, path)
+    quantize_bundle(path)
+    return path
+
+
+def test_int8_graphs_are_in_the_manifest_with_their_metrics(quantized):
+    m = load_bundle(quantized).manifest  # hashes of the new files verified
+    assert {"encoder.int8", "decoder_step.int8"} <= set(m["graphs"])
+    assert m["int8"]["quantized_ops"]["encoder"].get("DynamicQuantizeLSTM", 0) >= 1
+    for split in ("dev", "test"):
+        fp32, int8 = m["metrics"][split], m["int8"]["metrics"][split]
+        assert int8["words"] == fp32["words"]
+        assert abs(int8["wer"] - fp32["wer"]) < 0.05  # a tiny model; the shipped one is held to 0.5 points
+
+
+def test_int8_engine_mostly_agrees_with_fp32(quantized):
+    bundle = load_bundle(quantized)
+    fp32, int8 = Engine(bundle, EngineConfig()), Engine(bundle, EngineConfig(precision="int8"))
+    words = [list(w) for w in ["attention", "knight", "phoenix", "exit", "a", "zebra", "queue", "rhythm"]]
+    same = sum(a.output_ids == b.output_ids for a, b in zip(fp32.decode(words), int8.decode(words)))
+    assert same >= 6
+    for d in int8.decode(words):
+        assert np.allclose(d.attn.sum(axis=1), 1.0, atol=1e-4)
+
+
+def test_int8_without_quantized_graphs_is_a_clear_error(tiny_bundle):
+    with pytest.raises(BundleError, match="no 'encoder.int8' graph.*make quantize"):
+        Engine(load_bundle(tiny_bundle), EngineConfig(precision="int8"))
+
+
+def test_precision_is_checked():
+    with pytest.raises(ValueError, match="precision must be"):
+        EngineConfig(precision="int4")
