@@ -9,13 +9,23 @@ PROTO := protos/attnserve/v1/attnserve.proto
 KSERVE_PROTO := protos/inference/grpc_service.proto
 GEN := gen/attnserve/v1/attnserve_pb2.py
 
-.PHONY: serve test install-serve install-dev protos train export quantize evaluate clean
+.PHONY: serve test install-serve install-dev protos train export quantize bench evaluate clean
 
 serve: $(VENV)/.serve-installed
 	$(VENV)/bin/attnserve-server --model-dir $(MODEL_DIR)
 
-test: $(VENV)/.dev-installed
+test: system-deps $(VENV)/.dev-installed
 	$(PY) -m pytest -q
+
+# Debian packages the tests run: a real Prometheus (tests/test_prometheus.py). Installed only
+# when missing; the package lists are refreshed only if the first install attempt fails.
+SYSTEM_DEPS := prometheus
+SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
+APT_INSTALL := DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q --no-install-recommends
+.PHONY: system-deps
+system-deps:
+	@command -v prometheus >/dev/null || $(APT_INSTALL) $(SYSTEM_DEPS) || \
+	  { $(SUDO) apt-get update -q && $(APT_INSTALL) $(SYSTEM_DEPS); }
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -56,6 +66,11 @@ export: $(VENV)/.dev-installed
 # Adds int8 graphs (onnxruntime dynamic quantization) to the bundle, with their WER/PER.
 quantize: $(VENV)/.dev-installed
 	$(PY) -m training.quantize --bundle $(MODEL_DIR)/1
+
+# The serving benchmark (not a test): results in bench/results/ (JSON, markdown, PNG).
+bench: $(VENV)/.dev-installed
+	$(PIP) install -q -e ".[dev,bench]"
+	$(PY) -m bench.run --bundle $(MODEL_DIR)/1
 
 # Test-split WER/PER through a running server (start one with `make serve`).
 evaluate: $(VENV)/.dev-installed

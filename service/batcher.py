@@ -16,6 +16,7 @@ numeric work runs in one worker thread; futures are resolved on the event loop.
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
@@ -57,11 +58,23 @@ class Batcher:
         self._queue: deque[_Item] = deque()
         self._arrived = asyncio.Event()
         self._task: asyncio.Task | None = None
+        self._pending: set[asyncio.Future] = set()  # futures of admitted sources not yet resolved (drain)
         # One worker: onnxruntime already uses the cores for one batch at a time.
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="attnserve-engine")
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run(), name="attnserve-batcher")
+
+    async def drain(self, timeout_s: float) -> bool:
+        """Wait until every admitted source is resolved (or timeout_s); True when all were.
+
+        For a hot reload: once the servicer points at a new batcher no source enters this
+        one, so its queue and running batch only empty out. Call stop() afterwards.
+        """
+        pending = [f for f in self._pending if not f.done()]
+        if pending:
+            await asyncio.wait(pending, timeout=timeout_s)
+        return all(f.done() for f in pending)
 
     async def stop(self) -> None:
         """Stop the loop; sources still queued fail with NotReady."""
@@ -95,13 +108,19 @@ class Batcher:
         loop = asyncio.get_running_loop()
         items = [_Item(tokens, options, loop.create_future()) for tokens in sources]
         self._queue.extend(items)
+        self._pending.update(it.future for it in items)
         self.metrics.queue_depth.set(len(self._queue))
-        self._arrived.set()
+        self._notify()
         try:
             return list(await asyncio.gather(*(it.future for it in items)))
         finally:
             for it in items:  # on cancellation, the loop skips these
                 it.future.cancel()
+                self._pending.discard(it.future)
+
+    def _notify(self) -> None:
+        """New sources are queued: wake the batch loop."""
+        self._arrived.set()
 
     async def _next_batch(self) -> list[_Item]:
         while not self._queue:
@@ -162,7 +181,10 @@ class Batcher:
         if greedy:
             decoded = self.engine.decode([batch[i].tokens for i in greedy],
                                          [batch[i].options.max_output_len for i in greedy])
-            self.metrics.decode_steps.inc(max(len(d.attn) for d in decoded))
+            steps = max(len(d.attn) for d in decoded)
+            self.metrics.decode_steps.inc(steps)
+            # Every row stays in a request-level batch until its last step, cancelled callers' too.
+            self.metrics.decode_row_steps.inc(steps * len(greedy))
             for i, d in zip(greedy, decoded):
                 results[i] = [d]
         for i, hyps in self._beam([(i, it) for i, it in enumerate(batch) if it.options.beam_size > 1]):
@@ -194,35 +216,63 @@ class _Seq:
 
 
 class ContinuousBatcher(Batcher):
-    async def _run(self) -> None:
-        loop = asyncio.get_running_loop()
+    """The step loop runs in the engine thread itself, so a decoder step never waits for the
+    event loop: sources arrive through the thread-safe queue, and finished results go back
+    to the loop in one call per step."""
+
+    def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._wake = threading.Event()
+        self._stopping = False
+        self._task = self._loop.run_in_executor(self._executor, self._step_forever)
+
+    def _notify(self) -> None:
+        self._wake.set()
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._stopping = True
+            self._wake.set()
+            await self._task
+            self._task = None
+        await super().stop()
+
+    def _step_forever(self) -> None:
         running: Running | None = None
         seqs: list[_Seq] = []  # row i of `running` is seqs[i]
-        while True:
-            if not seqs:
-                running = None
-                while not self._queue:
-                    self._arrived.clear()
-                    await self._arrived.wait()
+        while not self._stopping:
+            if not seqs and not self._queue:
+                self._wake.wait()
+                self._wake.clear()
+                continue
             joining = self._pop_live(self.cfg.max_batch_size - len(seqs))
             beams = [it for it in joining if it.options.beam_size > 1]
             if beams:  # beam search runs as its own batch between steps
                 joining = [it for it in joining if it.options.beam_size == 1]
-                await self._decode_and_resolve(beams)
+                self._deliver(self._outcomes(beams, self._decode_whole))
             # A cancelled caller's sequence leaves the batch before the next step.
             keep = [i for i, q in enumerate(seqs) if not q.item.future.done()]
             try:
-                running, seqs, finished = await loop.run_in_executor(
-                    self._executor, self._step, running, seqs, keep, joining)
+                running, seqs, finished = self._step(running, seqs, keep, joining)
             except Exception as e:  # fail this batch's callers, keep the loop
-                for it in [q.item for q in seqs] + joining:
-                    if not it.future.done():
-                        it.future.set_exception(e)
+                self._deliver([(it, e) for it in [q.item for q in seqs] + joining])
                 running, seqs = None, []
                 continue
-            for q, result in finished:
-                if not q.item.future.done():
-                    q.item.future.set_result([result])
+            if finished:
+                self._deliver([(q.item, [result]) for q, result in finished])
+        self._deliver([(q.item, NotReady("server is shutting down")) for q in seqs])
+
+    @staticmethod
+    def _outcomes(items: list[_Item], decode) -> list[tuple[_Item, object]]:
+        try:
+            return list(zip(items, decode(items)))
+        except Exception as e:
+            return [(it, e) for it in items]
+
+    def _deliver(self, outcomes: list[tuple[_Item, object]]) -> None:
+        """From the engine thread: resolve futures on the event loop."""
+        if outcomes:
+            self._loop.call_soon_threadsafe(_resolve, outcomes)
 
     def _step(self, running: Running | None, seqs: list[_Seq], keep: list[int], joining: list[_Item]):
         """Worker thread: drop/admit rows, run one decoder step, retire finished rows."""
@@ -242,6 +292,7 @@ class ContinuousBatcher(Batcher):
         self.metrics.batch_size.observe(len(seqs))
         self.metrics.batch_seconds.observe(time.perf_counter() - started)
         self.metrics.decode_steps.inc()
+        self.metrics.decode_row_steps.inc(len(seqs))
         finished, keep = [], []
         for i, q in enumerate(seqs):
             token = int(y[i])
@@ -259,6 +310,16 @@ class ContinuousBatcher(Batcher):
         if finished:
             running, seqs = running.select(np.array(keep, dtype=np.int64)), [seqs[i] for i in keep]
         return running, seqs, finished
+
+
+def _resolve(outcomes: list[tuple[_Item, object]]) -> None:
+    for item, outcome in outcomes:
+        if item.future.done():  # the caller went away
+            continue
+        if isinstance(outcome, Exception):
+            item.future.set_exception(outcome)
+        else:
+            item.future.set_result(outcome)
 
 
 def make_batcher(engine: Engine, cfg: BatcherConfig, metrics: Metrics) -> Batcher:

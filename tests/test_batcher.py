@@ -141,8 +141,9 @@ class StepEngine:
     eos_id = EOS
     tgt_joiner = ""
 
-    def __init__(self, max_output_len=40):
+    def __init__(self, max_output_len=40, step_s=0.0):
         self.cfg = EngineConfig(max_output_len=max_output_len)
+        self.step_s = step_s  # a real step takes time; lets a test act between steps
         self.step_batches: list[list[str]] = []  # the sources in each step, in row order
         self.fail_when = None
 
@@ -162,6 +163,7 @@ class StepEngine:
         return Running(np.ones(B, dtype=np.int64), {"feed": np.zeros((B, 1), dtype=np.float32)}, enc, enc.copy(), pad)
 
     def step(self, run):
+        time.sleep(self.step_s)
         B, S = run.pad_mask.shape
         pos = run.state["feed"][:, 0].astype(int)
         lengths = (~run.pad_mask).sum(axis=1)
@@ -189,6 +191,7 @@ async def continuous(engine, **cfg):
 async def test_continuous_outputs_are_right_for_rows_joining_and_leaving():
     engine = StepEngine()
     b = await continuous(engine, max_batch_size=8)
+    engine.step_s = 0.001
     words = ["a", "internationalization", "bc", "hello", "x", "abcdefghij"]
     first = asyncio.ensure_future(b.transduce(words[:3]))
     await asyncio.sleep(0.01)  # the second request joins a batch already running
@@ -202,7 +205,7 @@ async def test_continuous_outputs_are_right_for_rows_joining_and_leaving():
 
 
 async def test_short_sequences_leave_without_waiting_for_long_ones():
-    engine = StepEngine()
+    engine = StepEngine(step_s=0.002)
     b = await continuous(engine, max_batch_size=8)
     long_call = asyncio.ensure_future(b.transduce(["x" * 35]))
     await asyncio.sleep(0.01)
@@ -228,14 +231,7 @@ async def test_continuous_respects_max_batch_size_and_length_limits():
 
 
 async def test_cancelled_sequence_leaves_the_running_batch():
-    engine = StepEngine(max_output_len=40)
-    engine_step = engine.step
-
-    def slow_step(run):  # give the test time to cancel between steps
-        time.sleep(0.002)
-        return engine_step(run)
-
-    engine.step = slow_step
+    engine = StepEngine(max_output_len=40, step_s=0.002)
     b = await continuous(engine, max_batch_size=8)
     doomed = asyncio.ensure_future(b.transduce(["d" * 39]))
     keeper = asyncio.ensure_future(b.transduce(["k" * 30]))

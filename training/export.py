@@ -150,6 +150,10 @@ def build_bundle(checkpoint: Path, out: Path, name: str, version: str, parity_wo
     src_vocab, tgt_vocab = Vocab(ckpt["src_vocab"]), Vocab(ckpt["tgt_vocab"])
     max_len = ckpt["train_config"]["max_output_len"]
     export_graphs(model, out)
+    # The PyTorch weights travel with the graphs: for fine-tuning, and for `make bench`'s
+    # naive-server peer. Only what rebuilding the model needs (no optimizer, no history).
+    torch.save({k: ckpt[k] for k in ("model_config", "train_config", "data", "src_vocab", "tgt_vocab",
+                                     "state_dict", "epoch", "dev_wer", "dev_per")}, out / "checkpoint.pt")
     manifest = {
         "name": name, "version": version, "created_unix": int(time.time()),
         "graphs": {"encoder": "encoder.onnx", "decoder_step": "decoder_step.onnx"},
@@ -158,7 +162,7 @@ def build_bundle(checkpoint: Path, out: Path, name: str, version: str, parity_wo
         "lowercase_input": data["corpus"] == "cmudict",
         "max_output_len": max_len,
         "model_config": ckpt["model_config"], "train_config": ckpt["train_config"], "data": data,
-        "training": {"epochs": len(ckpt["history"]), "best_epoch": ckpt["epoch"],
+        "training": {"epochs": len(ckpt["history"]), "best_epoch": ckpt["epoch"], "history": ckpt["history"],
                      "minutes": ckpt["history"][-1]["minutes"] if ckpt["history"] else 0.0},
         "parameters": sum(p.numel() for p in model.parameters()),
         "opset": OPSET,

@@ -1,0 +1,1 @@
+"""`make bench`: the serving benchmark (not a test). See bench/run.py."""

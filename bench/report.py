@@ -1,0 +1,118 @@
+"""Ratios, targets, and the JSON / markdown / PNG outputs of `make bench`."""
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+
+def best(engine: dict, prefix: str) -> tuple[str, float]:
+    key = max((k for k in engine if k.startswith(prefix)), key=engine.get)
+    return key, engine[key]
+
+
+def targets(r: dict) -> list[dict]:
+    c = r["continuous"]
+    e_key, E = best(r["engine"], "fp32/")
+    G = r["echo"]["calls_per_s"]
+    a, b, stream = c["a_1word_c64"], c["b_16words_c16"], c["c_stream"]
+    decode_1_ms = 1000.0 / max(r["engine"]["fp32/threads=1/batch=1"], r["engine"]["fp32/threads=2/batch=1"])
+    bound_4 = r["echo_unloaded"]["p50_ms"] + decode_1_ms + 0.5
+    best_server = max(a["words_per_s"], b["words_per_s"], stream["words_per_s"])
+    rows = [
+        ("1. (b) 16 words/request >= 0.8 x E", b["words_per_s"] / E, 0.8,
+         f"(b) {b['words_per_s']:.0f} words/s; E {E:.0f} words/s ({e_key})"),
+        ("2. (a) 1 word/request >= 0.8 x G", a["calls_per_s"] / G, 0.8,
+         f"(a) {a['calls_per_s']:.0f} calls/s; echo G {G:.0f} calls/s"),
+        ("3. streaming >= 2 x (a)", stream["words_per_s"] / a["words_per_s"], 2.0,
+         f"stream {stream['words_per_s']:.0f} words/s; (a) {a['words_per_s']:.0f} words/s"),
+        ("4. unloaded p50 <= echo p50 + batch-1 decode + 0.5 ms", bound_4 / c["unloaded"]["p50_ms"], 1.0,
+         f"p50 {c['unloaded']['p50_ms']:.2f} ms; bound {bound_4:.2f} ms (echo {r['echo_unloaded']['p50_ms']:.2f} "
+         f"+ decode {decode_1_ms:.2f} + 0.5)"),
+        ("5. open loop 70%: p99 <= 5 x unloaded p50", 5 * c["unloaded"]["p50_ms"] / c["open_loop"]["70%"]["p99_ms"],
+         1.0, f"p99 {c['open_loop']['70%']['p99_ms']:.2f} ms; 5 x p50 {5 * c['unloaded']['p50_ms']:.2f} ms"),
+        ("6a. >= 10 x naive PyTorch server", best_server / r["naive_torch"]["words_per_s"], 10.0,
+         f"attnserve {best_server:.0f} words/s; naive {r['naive_torch']['words_per_s']:.0f} words/s"),
+        ("6b. >= 10 x g2p-en (engine vs its loop)", E / r["g2p_en"]["words_per_s"], 10.0,
+         f"E {E:.0f} words/s; g2p-en {r['g2p_en']['words_per_s']:.0f} words/s"),
+    ]
+    if "int8/threads=1/batch=64" in r["engine"] and r["wer"].get("int8"):
+        speed = r["engine"]["int8/threads=1/batch=64"] / r["engine"]["fp32/threads=1/batch=64"]
+        dwer = 100 * (r["wer"]["int8"]["wer"] - r["wer"]["fp32"]["wer"])
+        rows.append(("7a. int8 faster at batch 64", speed, 1.0,
+                     f"int8 {r['engine']['int8/threads=1/batch=64']:.0f} vs fp32 "
+                     f"{r['engine']['fp32/threads=1/batch=64']:.0f} words/s"))
+        rows.append(("7b. int8 test WER within 0.5 points", 0.5 / max(abs(dwer), 1e-9), 1.0,
+                     f"fp32 {100 * r['wer']['fp32']['wer']:.2f}%, int8 {100 * r['wer']['int8']['wer']:.2f}% "
+                     f"({dwer:+.2f} points)"))
+    return [{"target": t, "ratio": round(v, 3), "needed": need, "met": v >= need, "detail": d}
+            for t, v, need, d in rows]
+
+
+def markdown(r: dict, rows: list[dict]) -> str:
+    lines = [f"# attnserve benchmark ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())})", "",
+             f"Machine: {r['machine']['cpus']} CPUs, {r['machine']['platform']}; {r['test_words']} test words; "
+             f"{r['duration_s']} s per measurement. Client and server share the cores.", "",
+             "| target | ratio | needed | met | measured |", "|---|---|---|---|---|"]
+    lines += [f"| {x['target']} | {x['ratio']:.2f} | {x['needed']} | {'yes' if x['met'] else '**no**'} | "
+              f"{x['detail']} |" for x in rows]
+    lines += ["", "| server run | mode | words/s | calls/s | p50 ms | p90 ms | p99 ms | errors | client CPU | server CPU |",
+              "|---|---|---|---|---|---|---|---|---|---|"]
+    for mode in ("continuous", "request"):
+        runs = dict(r[mode])
+        runs.update({f"open loop {k}": v for k, v in runs.pop("open_loop", {}).items()})
+        for name, x in runs.items():
+            lines.append(f"| {name} | {mode} | {x['words_per_s']:.0f} | {x['calls_per_s']:.0f} | {x['p50_ms']:.2f} | "
+                         f"{x['p90_ms']:.2f} | {x['p99_ms']:.2f} | {x['errors']} | {x['client_cpu_util']:.2f} | "
+                         f"{x['server_cpu_util']:.2f} |")
+    for name in ("echo", "echo_unloaded", "naive_torch"):
+        x = r[name]
+        lines.append(f"| {name} | - | {x['words_per_s']:.0f} | {x['calls_per_s']:.0f} | {x['p50_ms']:.2f} | "
+                     f"{x['p90_ms']:.2f} | {x['p99_ms']:.2f} | {x['errors']} | {x['client_cpu_util']:.2f} | "
+                     f"{x['server_cpu_util']:.2f} |")
+    lines += ["", "| in-process engine | words/s |", "|---|---|"]
+    lines += [f"| {k} | {v:.0f} |" for k, v in r["engine"].items()]
+    lines += ["", f"g2p-en: {r['g2p_en']['words_per_s']:.0f} words/s in-process; WER on 600 test words "
+              f"{100 * r['g2p_en']['wer_600_test_words']:.1f}% ({r['g2p_en']['note']})."]
+    return "\n".join(lines) + "\n"
+
+
+def plot(r: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.5))
+    names, values = [], []
+    for label, x in [("naive torch", r["naive_torch"]), ("(a) 1 word/req", r["continuous"]["a_1word_c64"]),
+                     ("(b) 16 words/req", r["continuous"]["b_16words_c16"]), ("(c) stream", r["continuous"]["c_stream"]),
+                     ("request mode (a)", r["request"]["a_1word_c64"])]:
+        names.append(label)
+        values.append(x["words_per_s"])
+    names += ["engine ceiling E", "g2p-en"]
+    values += [best(r["engine"], "fp32/")[1], r["g2p_en"]["words_per_s"]]
+    ax1.barh(names, values, color="steelblue")
+    ax1.set_xlabel("words / second")
+    ax1.set_title("Throughput")
+    ol = r["continuous"]["open_loop"]
+    xs = [int(k.rstrip("%")) for k in ol]
+    ax2.plot(xs, [v["p50_ms"] for v in ol.values()], "o-", label="p50")
+    ax2.plot(xs, [v["p99_ms"] for v in ol.values()], "s-", label="p99")
+    ax2.axhline(r["continuous"]["unloaded"]["p50_ms"], color="grey", ls="--", label="unloaded p50")
+    ax2.set_xlabel("offered load, % of (a)'s throughput")
+    ax2.set_ylabel("latency, ms")
+    ax2.set_title("Open loop (Poisson), 1 word per request")
+    ax2.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def write_report(r: dict, out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    rows = targets(r)
+    r["targets"] = rows
+    (out / "bench.json").write_text(json.dumps(r, indent=2) + "\n")
+    (out / "bench.md").write_text(markdown(r, rows))
+    plot(r, out / "bench.png")
+    print(markdown(r, rows))

@@ -1,0 +1,177 @@
+"""`make bench`: every number side by side in one run, on one machine, on the test split's words.
+
+    python -m bench.run [--bundle models/g2p-en/1] [--duration-s 8]
+
+Writes bench/results/bench.json, bench/results/bench.md and bench/results/bench.png.
+Not a test: it measures. Machines are shared and noisy, so compare the ratios
+within a run rather than absolute numbers across runs.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from bench.report import write_report
+from service.bundle import load_bundle
+from service.engine import Engine, EngineConfig
+from training.evaluate import load_refs
+
+BIN = Path(sys.executable).parent
+OPEN_LOOP_FRACTIONS = (0.3, 0.5, 0.7, 0.9)
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def proc_cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class Server:
+    """A server in its own process, ready when its health check (or first call) answers."""
+
+    def __init__(self, argv: list[str], health: bool = True):
+        self.port = free_port()
+        self.proc = subprocess.Popen(argv + ["--port", str(self.port)], stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.DEVNULL)
+        self.addr = f"127.0.0.1:{self.port}"
+        deadline = time.time() + 120
+        while time.time() < deadline:
+            if health:
+                ok = subprocess.run([sys.executable, "-m", "service.healthcheck", "--addr", self.addr,
+                                     "--timeout-s", "1"], capture_output=True).returncode == 0
+            else:
+                import socket
+
+                with socket.socket() as s:
+                    ok = s.connect_ex(("127.0.0.1", self.port)) == 0
+            if ok:
+                return
+            time.sleep(0.5)
+        raise RuntimeError(f"server {argv} did not start")
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.proc.terminate()
+        self.proc.wait(30)
+
+
+def load(server: Server, words_file: str, duration_s: float, **kw) -> dict:
+    argv = [sys.executable, "-m", "bench.loadgen", "--addr", server.addr, "--words", words_file,
+            "--duration-s", str(duration_s)]
+    for k, v in kw.items():
+        flag = "--" + k.replace("_", "-")
+        argv += [flag] if v is True else ([f"--no-{k.replace('_', '-')}"] if v is False else [flag, str(v)])
+    cpu0 = proc_cpu_seconds(server.proc.pid)
+    out = subprocess.run(argv, capture_output=True, text=True, check=True)
+    result = json.loads(out.stdout)
+    result["server_cpu_util"] = round((proc_cpu_seconds(server.proc.pid) - cpu0) / (result["seconds"] + 1.0), 3)
+    print(f"  {kw} -> {result['words_per_s']:.0f} words/s, p50 {result['p50_ms']:.2f} ms, "
+          f"p99 {result['p99_ms']:.2f} ms, errors {result['errors']}", flush=True)
+    return result
+
+
+def engine_sweep(bundle, words: list[str], seconds: float) -> dict:
+    """In-process onnxruntime greedy decoding, no server: words/s by batch size and threads."""
+    out = {}
+    for precision in ("fp32", "int8") if "encoder.int8" in bundle.manifest["graphs"] else ("fp32",):
+        for threads in (1, 2):
+            engine = Engine(bundle, EngineConfig(intra_op_threads=threads, precision=precision))
+            for batch in (1, 8, 32, 64, 128, 256):
+                if precision == "int8" and batch not in (1, 64):
+                    continue
+                n, started, i = 0, time.perf_counter(), 0
+                while time.perf_counter() - started < seconds:
+                    chunk = [list(w) for w in words[i:i + batch]] or [list(w) for w in words[:batch]]
+                    i = (i + batch) % len(words)
+                    engine.decode(chunk)
+                    n += len(chunk)
+                wps = n / (time.perf_counter() - started)
+                out[f"{precision}/threads={threads}/batch={batch}"] = wps
+                print(f"  engine {precision} threads={threads} batch={batch}: {wps:.0f} words/s", flush=True)
+    return out
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--bundle", default="models/g2p-en/1")
+    p.add_argument("--duration-s", type=float, default=8.0)
+    p.add_argument("--out", default="bench/results")
+    args = p.parse_args(argv)
+    bundle = load_bundle(args.bundle)
+    refs = load_refs(bundle.manifest["data"], "test")
+    words = ["".join(src) for src in refs]
+    random.Random(0).shuffle(words)
+    tmp = Path(tempfile.mkdtemp(prefix="attnserve-bench-"))
+    words_file = tmp / "words.txt"
+    words_file.write_text("\n".join(words))
+    varied_file = tmp / "varied.txt"  # half very short, half long words: output lengths differ a lot
+    short, long_ = [w for w in words if len(w) <= 4], [w for w in words if len(w) >= 11]
+    varied_file.write_text("\n".join(w for pair in zip(short, long_) for w in pair))
+    d = args.duration_s
+    r: dict = {"machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
+                           "platform": platform.platform()},
+               "bundle": str(bundle.path), "test_words": len(words), "duration_s": d}
+
+    print("engine (in-process onnxruntime, no server)", flush=True)
+    r["engine"] = engine_sweep(bundle, words, seconds=min(d, 4.0))
+    print("g2p-en (in-process numpy)", flush=True)
+    from bench.peers import PEER_NOTE, g2p_en_outputs
+    from training.metrics import score
+
+    g2p_hyps, g2p_wps = g2p_en_outputs(words[:600])
+    sub_refs = {tuple(w): refs[tuple(w)] for w in words[:600]}
+    g2p_score = score({tuple(w): h for w, h in g2p_hyps.items()}, sub_refs)
+    r["g2p_en"] = {"words_per_s": g2p_wps, "wer_600_test_words": g2p_score.wer, "note": PEER_NOTE}
+
+    print("gRPC floor: echo RPC", flush=True)
+    with Server([sys.executable, "-m", "bench.echo"], health=False) as echo:
+        r["echo"] = load(echo, str(words_file), d, mode="echo", concurrency=64)
+        r["echo_unloaded"] = load(echo, str(words_file), d / 2, mode="echo", concurrency=1)
+
+    server_argv = [str(BIN / "attnserve-server"), "--model-dir", str(bundle.path), "--host", "127.0.0.1",
+                   "--metrics-port", "-1"]
+    for mode in ("continuous", "request"):
+        print(f"attnserve, {mode} batching", flush=True)
+        with Server(server_argv + ["--mode", mode]) as s:
+            m = r[mode] = {}
+            m["unloaded"] = load(s, str(words_file), d / 2, concurrency=1)
+            m["a_1word_c64"] = load(s, str(words_file), d, concurrency=64)
+            m["b_16words_c16"] = load(s, str(words_file), d, concurrency=16, words_per_request=16)
+            m["c_stream"] = load(s, str(words_file), d, mode="stream", concurrency=2, window=128)
+            m["varied_c64"] = load(s, str(varied_file), d, concurrency=64)
+            if mode == "continuous":
+                rate_a = m["a_1word_c64"]["calls_per_s"]
+                m["open_loop"] = {f"{int(f * 100)}%": load(s, str(words_file), d, mode="open", rate=f * rate_a)
+                                  for f in OPEN_LOOP_FRACTIONS}
+
+    print("naive PyTorch server (eager, one request at a time)", flush=True)
+    ckpt = bundle.path / "checkpoint.pt"
+    with Server([sys.executable, "-m", "bench.peers", "naive-server", "--checkpoint", str(ckpt)],
+                health=False) as naive:
+        r["naive_torch"] = load(naive, str(words_file), d, concurrency=8)
+    r["wer"] = {"fp32": bundle.manifest.get("metrics", {}).get("test"),
+                "int8": bundle.manifest.get("int8", {}).get("metrics", {}).get("test")}
+    write_report(r, Path(args.out))
+
+
+if __name__ == "__main__":
+    main()
