@@ -26,7 +26,8 @@ def source_text(src: tuple[str, ...], src_tokens: str) -> str:
     return "".join(src) if src_tokens == "chars" else " ".join(src)
 
 
-def hyps_from_server(addr: str, sources: list, src_tokens: str, batch: int, timeout_s: float):
+def hyps_from_server(addr: str, sources: list, src_tokens: str, batch: int, timeout_s: float, beam_size: int,
+                     alpha: float):
     import grpc
 
     from attnserve.v1 import attnserve_pb2 as pb, attnserve_pb2_grpc as pbg
@@ -38,20 +39,24 @@ def hyps_from_server(addr: str, sources: list, src_tokens: str, batch: int, time
             chunk = sources[i:i + batch]
             reply = stub.Transduce(pb.TransduceRequest(
                 inputs=[source_text(s, src_tokens) for s in chunk],
-                options=pb.DecodeOptions(return_attention=False)), timeout=timeout_s)
+                options=pb.DecodeOptions(return_attention=False, beam_size=beam_size,
+                                         length_penalty_alpha=alpha)), timeout=timeout_s)
             hyps.update({s: list(r.output_tokens) for s, r in zip(chunk, reply.results)})
     return hyps
 
 
-def hyps_from_bundle(path: str, sources: list, batch: int):
+def hyps_from_bundle(path: str, sources: list, batch: int, beam_size: int, alpha: float, precision: str):
+    from service.beam import beam_search
     from service.bundle import load_bundle
-    from service.engine import Engine, EngineConfig
+    from service.engine import DecodeOptions, Engine, EngineConfig
 
-    engine = Engine(load_bundle(path), EngineConfig(intra_op_threads=0))
+    engine = Engine(load_bundle(path), EngineConfig(intra_op_threads=0, precision=precision))
+    opts = DecodeOptions(beam_size=beam_size, length_penalty_alpha=alpha)
     hyps = {}
     for i in range(0, len(sources), batch):
-        chunk = sources[i:i + batch]
-        hyps.update({s: d.output_tokens for s, d in zip(chunk, engine.decode([list(s) for s in chunk]))})
+        chunk = [list(s) for s in sources[i:i + batch]]
+        best = ([d] for d in engine.decode(chunk)) if beam_size == 1 else beam_search(engine, chunk, opts)
+        hyps.update({tuple(s): h[0].output_tokens for s, h in zip(chunk, best)})
     return hyps
 
 
@@ -77,6 +82,9 @@ def main(argv=None):
     p.add_argument("--split", choices=["train", "dev", "test"], default="test")
     p.add_argument("--batch", type=int, default=64, help="inputs per request")
     p.add_argument("--timeout-s", type=float, default=60.0)
+    p.add_argument("--beam-size", type=int, default=1, help="1 = greedy")
+    p.add_argument("--length-penalty-alpha", type=float, default=0.0)
+    p.add_argument("--precision", choices=["fp32", "int8"], default="fp32", help="with --bundle")
     args = p.parse_args(argv)
     manifest = manifest_of(args)
     data = manifest["data"]
@@ -84,13 +92,17 @@ def main(argv=None):
     sources = sorted(refs)
     started = time.perf_counter()
     if args.server:
-        hyps = hyps_from_server(args.server, sources, data["src_tokens"], args.batch, args.timeout_s)
+        hyps = hyps_from_server(args.server, sources, data["src_tokens"], args.batch, args.timeout_s,
+                                args.beam_size, args.length_penalty_alpha)
     else:
-        hyps = hyps_from_bundle(args.bundle, sources, args.batch)
+        hyps = hyps_from_bundle(args.bundle, sources, args.batch, args.beam_size, args.length_penalty_alpha,
+                                args.precision)
     seconds = time.perf_counter() - started
     s = score(hyps, refs)
     print(json.dumps({"model": manifest["name"], "version": manifest["version"], "split": args.split,
-                      "via": f"server {args.server}" if args.server else f"bundle {args.bundle}",
+                      "via": f"server {args.server}" if args.server else f"bundle {args.bundle} ({args.precision})",
+                      "decoding": "greedy" if args.beam_size == 1 else
+                      f"beam {args.beam_size}, alpha {args.length_penalty_alpha}",
                       "wer": round(s.wer, 4), "per": round(s.per, 4), "words": s.words,
                       "seconds": round(seconds, 2)}, indent=2))
 
