@@ -9,7 +9,7 @@ PROTO := protos/attnserve/v1/attnserve.proto
 KSERVE_PROTO := protos/inference/grpc_service.proto
 GEN := gen/attnserve/v1/attnserve_pb2.py
 
-.PHONY: serve test install-serve install-dev protos train export quantize bench evaluate clean
+.PHONY: serve test install-serve install-dev protos train export quantize bench evaluate report clean
 
 serve: $(VENV)/.serve-installed
 	$(VENV)/bin/attnserve-server --model-dir $(MODEL_DIR)
@@ -71,6 +71,21 @@ quantize: $(VENV)/.dev-installed
 bench: $(VENV)/.dev-installed
 	$(PIP) install -q -e ".[dev,bench]"
 	$(PY) -m bench.run --bundle $(MODEL_DIR)/1
+
+# Every model variant, each trained for the same minutes from the same seed, exported with the parity
+# check and measured through the ONNX engine, beside g2p-en and published results: docs/RESULTS.md.
+# 11 variants: REPORT_MINUTES=10 takes about 2.5 hours on 2 cores.
+REPORT_MINUTES ?= 10
+report: $(VENV)/.dev-installed
+	$(PIP) install -q -e ".[dev,bench]"
+	$(PY) -m training.report --minutes-per-variant $(REPORT_MINUTES)
+
+# Not part of `make test`: a real server under steady varied load for SOAK_SECONDS (default 10 minutes);
+# prints requests served, errors (must be 0) and the server's RSS at start and end. scripts/soak.py --help.
+SOAK_SECONDS ?= 600
+.PHONY: soak
+soak: $(VENV)/.serve-installed
+	$(PY) scripts/soak.py --model-dir $(MODEL_DIR) --seconds $(SOAK_SECONDS)
 
 # Test-split WER/PER through a running server (start one with `make serve`).
 evaluate: $(VENV)/.dev-installed

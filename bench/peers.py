@@ -37,9 +37,10 @@ async def naive_server(checkpoint: str, port: int) -> None:
                 tokens, out_len, score, attn = model.greedy(src, src_len, max_len)
             n = int(out_len[0])
             out = tgt_vocab.decode(t for t in tokens[0, :n].tolist() if t != EOS_ID)
-            results.append(pb.Result(output_tokens=out, output_text=" ".join(out), log_prob=float(score[0]),
-                                     attention=pb.Attention(rows=n, cols=len(chars),
-                                                            weights=attn[0, :n].flatten().tolist())))
+            result = pb.Result(output_tokens=out, output_text=" ".join(out), log_prob=float(score[0]))
+            if attn is not None:  # None for a model without attention
+                result.attention.CopyFrom(pb.Attention(rows=n, cols=len(chars), weights=attn[0, :n].flatten().tolist()))
+            results.append(result)
         return pb.TransduceResponse(results=results)
 
     server = grpc.aio.server(maximum_concurrent_rpcs=None)

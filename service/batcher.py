@@ -99,6 +99,9 @@ class Batcher:
         """
         if self._task is None:
             raise NotReady("model is not loaded yet")
+        if options.attention_mode != "soft" and options.attention_mode not in self.engine.attention_modes:
+            raise InvalidInput(f"options.attention_mode {options.attention_mode!r} is not available for this "
+                               f"model (it has {list(self.engine.attention_modes) or 'no attention'})")
         sources = [self.engine.tokenize(t) for t in texts]
         for i, tokens in enumerate(sources):
             if not tokens:
@@ -180,8 +183,9 @@ class Batcher:
         greedy = [i for i, it in enumerate(batch) if it.options.beam_size == 1]
         if greedy:
             decoded = self.engine.decode([batch[i].tokens for i in greedy],
-                                         [batch[i].options.max_output_len for i in greedy])
-            steps = max(len(d.attn) for d in decoded)
+                                         [batch[i].options.max_output_len for i in greedy],
+                                         [batch[i].options.attention_top_k for i in greedy])
+            steps = max(d.steps for d in decoded)
             self.metrics.decode_steps.inc(steps)
             # Every row stays in a request-level batch until its last step, cancelled callers' too.
             self.metrics.decode_row_steps.inc(steps * len(greedy))
@@ -211,7 +215,7 @@ class _Seq:
     item: _Item
     limit: int
     ids: list[int] = field(default_factory=list)
-    attn: list[np.ndarray] = field(default_factory=list)  # one (S,) row per step
+    attn: list[np.ndarray] = field(default_factory=list)  # one (S,) row per step; none without attention
     score: float = 0.0
 
 
@@ -258,6 +262,10 @@ class ContinuousBatcher(Batcher):
                 self._deliver([(it, e) for it in [q.item for q in seqs] + joining])
                 running, seqs = None, []
                 continue
+            # Rows whose caller left while this step ran: the one step that cannot be saved
+            # (they leave at the next `keep`). Reading a future's state from this thread is a benign race.
+            self.metrics.decode_row_steps_after_cancel.inc(
+                sum(q.item.future.cancelled() for q in seqs) + sum(q.item.future.cancelled() for q, _ in finished))
             if finished:
                 self._deliver([(q.item, [result]) for q, result in finished])
         self._deliver([(q.item, NotReady("server is shutting down")) for q in seqs])
@@ -280,13 +288,13 @@ class ContinuousBatcher(Batcher):
         if running is not None and len(keep) < len(seqs):
             running, seqs = running.select(np.array(keep, dtype=np.int64)), [seqs[i] for i in keep]
         if joining:
-            new = engine.encode([it.tokens for it in joining])
+            new = engine.encode([it.tokens for it in joining], [it.options.attention_top_k for it in joining])
             running = new if not seqs else Running.concat(running, new)
             seqs = seqs + [_Seq(it, engine.limit(it.options.max_output_len)) for it in joining]
         if not seqs:
             return None, [], []
         started = time.perf_counter()
-        log_probs, attn, running = engine.step(running)  # (B, V), (B, S)
+        log_probs, attn, running = engine.step(running)  # (B, V), (B, S) or None without attention
         y = log_probs.argmax(axis=-1)  # (B,)
         running.y_prev = y
         self.metrics.batch_size.observe(len(seqs))
@@ -297,11 +305,14 @@ class ContinuousBatcher(Batcher):
         for i, q in enumerate(seqs):
             token = int(y[i])
             q.ids.append(token)
-            q.attn.append(attn[i])
+            if attn is not None:
+                q.attn.append(attn[i])
             q.score += float(log_probs[i, token])
             if token == engine.eos_id or len(q.ids) >= q.limit:
                 S = len(q.item.tokens)
-                result = engine.result(q.item.tokens, q.ids, np.stack([a[:S] for a in q.attn]), q.score)
+                rows = np.stack([a[:S] for a in q.attn]) if q.attn else None
+                self_attn = None if running.self_attn is None else running.self_attn[i]
+                result = engine.result(q.item.tokens, q.ids, rows, q.score, self_attn)
                 finished.append((q, result))
                 self.metrics.generated_tokens.inc(len(result.output_ids))
                 self.metrics.inputs.inc()

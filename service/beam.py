@@ -12,7 +12,7 @@ best possible normalised score is log_prob / max_len ** alpha.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -24,7 +24,7 @@ NEG_INF = -np.inf
 @dataclass
 class _Hyp:
     ids: list[int]
-    attn: list[np.ndarray]  # one (S,) row per step
+    attn: list[np.ndarray]  # one (S,) row per step; empty for a model without attention
     log_prob: float
 
 
@@ -46,16 +46,19 @@ def beam_search(engine: Engine, sources: list[list[str]], opts: DecodeOptions) -
     k, alpha = opts.beam_size, opts.length_penalty_alpha
     srcs = [_Source(tokens, engine.limit(opts.max_output_len), [_Hyp([], [], 0.0)]) for tokens in sources]
     B = len(srcs)
-    run = engine.encode(sources).select(np.repeat(np.arange(B), k))  # (B*k) rows, beam j of source b at b*k+j
+    run = engine.encode(sources, [opts.attention_top_k] * B)
+    self_attn = run.self_attn  # (B, heads, S, S) or None
+    run = run.select(np.repeat(np.arange(B), k))  # (B*k) rows, beam j of source b at b*k+j
     for step in range(max(s.limit for s in srcs)):
-        log_probs, attn, run = engine.step(run)  # (B*k, V), (B*k, S)
+        log_probs, attn, run = engine.step(run)  # (B*k, V), (B*k, S) or None
         V = log_probs.shape[1]
         rows, tokens = np.arange(B * k) % k, np.full(B * k, engine.eos_id, dtype=np.int64)
         for b, src in enumerate(srcs):
             if src.done:
                 continue
-            parents, next_tokens = _advance(src, log_probs[b * k:b * k + len(src.beams)], attn[b * k:], step,
-                                            k, alpha, opts.n_best, engine.eos_id)
+            parents, next_tokens = _advance(src, log_probs[b * k:b * k + len(src.beams)],
+                                            None if attn is None else attn[b * k:], step, k, alpha, opts.n_best,
+                                            engine.eos_id)
             n = len(parents)
             rows[b * k:b * k + n] = b * k + np.asarray(parents, dtype=np.int64)
             tokens[b * k:b * k + n] = next_tokens
@@ -64,10 +67,11 @@ def beam_search(engine: Engine, sources: list[list[str]], opts: DecodeOptions) -
             break
         run = run.select(rows)
         run.y_prev = tokens
-    return [_results(engine, src, opts.n_best) for src in srcs]
+    return [_results(engine, src, opts.n_best, None if self_attn is None else self_attn[b])
+            for b, src in enumerate(srcs)]
 
 
-def _advance(src: _Source, log_probs: np.ndarray, attn: np.ndarray, step: int, k: int, alpha: float,
+def _advance(src: _Source, log_probs: np.ndarray, attn: np.ndarray | None, step: int, k: int, alpha: float,
              n_best: int, eos: int) -> tuple[list[int], list[int]]:
     """One step for one source: returns the parent beam and token of each new beam."""
     n_live, V = log_probs.shape
@@ -79,7 +83,8 @@ def _advance(src: _Source, log_probs: np.ndarray, attn: np.ndarray, step: int, k
     for idx in order:
         parent, token = divmod(int(idx), V)
         hyp = src.beams[parent]
-        child = _Hyp(hyp.ids + [token], hyp.attn + [attn[parent, :len(src.tokens)]], float(flat[idx]))
+        child = _Hyp(hyp.ids + [token], hyp.attn if attn is None else hyp.attn + [attn[parent, :len(src.tokens)]],
+                     float(flat[idx]))
         if token == eos or last_step:
             src.finished.append((_rank(child.log_prob, len(child.ids), alpha), child))
         elif len(new_beams) < k:
@@ -97,9 +102,9 @@ def _advance(src: _Source, log_probs: np.ndarray, attn: np.ndarray, step: int, k
     return parents, tokens
 
 
-def _results(engine: Engine, src: _Source, n_best: int) -> list[Decoded]:
+def _results(engine: Engine, src: _Source, n_best: int, self_attn: np.ndarray | None) -> list[Decoded]:
     out = []
     for rank_score, hyp in src.finished[:n_best]:
-        d = engine.result(src.tokens, hyp.ids, np.stack(hyp.attn), hyp.log_prob)
-        out.append(Decoded(d.src_tokens, d.output_ids, d.output_tokens, d.score, d.attn, d.finished, rank_score))
+        d = engine.result(src.tokens, hyp.ids, np.stack(hyp.attn) if hyp.attn else None, hyp.log_prob, self_attn)
+        out.append(replace(d, rank_score=rank_score))
     return out

@@ -47,19 +47,31 @@ class Bundle:
         return self.path / graphs[role]
 
 
-def resolve(model_dir: Path) -> Path:
-    """A bundle directory, or a model directory whose highest numeric version is taken."""
+class VersionNotFound(BundleError):
+    """A version asked for (pinned or by the admin RPC) has no directory."""
+
+
+def resolve(model_dir: Path, version: str = "") -> Path:
+    """A bundle directory, or a model directory whose pinned (or else highest numeric) version is taken."""
     model_dir = Path(model_dir)
     if (model_dir / MANIFEST).is_file():
+        if version:
+            raise VersionNotFound(f"{model_dir} is a single bundle, not a model directory with version {version!r}")
         return model_dir
     versions = [p for p in model_dir.iterdir() if p.is_dir() and p.name.isdigit()] if model_dir.is_dir() else []
+    if version:
+        # int(): "007" and "7" name the same version, as the numeric ordering below already assumes.
+        chosen = [p for p in versions if version.isdigit() and int(p.name) == int(version)]
+        if not chosen:
+            raise VersionNotFound(f"{model_dir}: no version {version!r} (has {sorted(p.name for p in versions)})")
+        return chosen[0]
     if not versions:
         raise BundleError(f"{model_dir}: no {MANIFEST} and no numeric version directories")
     return max(versions, key=lambda p: int(p.name))
 
 
-def load_bundle(model_dir: Path) -> Bundle:
-    path = resolve(model_dir)
+def load_bundle(model_dir: Path, version: str = "") -> Bundle:
+    path = resolve(model_dir, version)
     try:
         manifest = json.loads((path / MANIFEST).read_text(encoding="utf-8"))
     except (OSError, ValueError) as e:

@@ -1,5 +1,8 @@
 """attnserve-client: transduce words over gRPC and show the attention behind each output.
 
+Also beam search n-best lists (--beam/--n-best) and bulk conversion of a word list
+(--file PATH or -: input<TAB>output lines, batched calls, a progress bar).
+
 Client side only: never imports torch, and matplotlib is imported only for --png so
 the terminal path starts quickly and works without a display.
 """
@@ -10,6 +13,8 @@ import json
 import math
 import os
 import sys
+from collections import deque
+from collections.abc import Iterator
 
 import grpc
 import numpy as np
@@ -17,12 +22,17 @@ from rich.cells import cell_len
 from rich.color import Color
 from rich.console import Console, ConsoleOptions, RenderResult
 from rich.measure import Measurement
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, ProgressColumn, TextColumn, TimeRemainingColumn
 from rich.style import Style
 from rich.text import Text
 
 from attnserve.v1 import attnserve_pb2, attnserve_pb2_grpc
+from service.security import channel_credentials
 
 DEFAULT_SERVER = "localhost:50051"
+# Bulk conversion: inputs per Transduce call, and calls in flight at once (the server
+# batches concurrent calls together, so a few in flight keep its batches full).
+BULK_BATCH_SIZE, BULK_IN_FLIGHT = 64, 4
 LEVELS = 9
 _DARK, _BRIGHT = (40, 40, 40), (30, 144, 255)
 # Truecolour ramp; rich downgrades it on 256/16-colour terminals. Dark text from the
@@ -60,9 +70,13 @@ def _f32_list(row) -> list[float]:
 
 
 def result_to_dict(input_text: str, result) -> dict:
-    """A JSON-ready dict of one Result; "attention" is None when the server sent none."""
+    """A JSON-ready dict of one Result; "attention" is None when the server sent none.
+
+    "alternatives" holds the other beam-search hypotheses (--n-best), each a dict like this one.
+    """
     out = {"input": input_text, "output_tokens": list(result.output_tokens), "output_text": result.output_text,
-           "log_prob": result.log_prob, "finished": result.finished, "attention": None}
+           "log_prob": result.log_prob, "score": result.score, "finished": result.finished, "attention": None,
+           "alternatives": [result_to_dict(input_text, alt) for alt in result.alternatives]}
     if result.HasField("attention"):
         m, att = attention_matrix(result), result.attention
         out["attention"] = {"rows": att.rows, "cols": att.cols, "weights": [_f32_list(r) for r in m],
@@ -171,9 +185,92 @@ def _summary(input_text: str, result) -> Text:
     return line
 
 
+def _alternative(rank: int, result) -> Text:
+    line = Text.assemble(f"  {rank}. ", (result.output_text, "cyan"))
+    line.append(f"   score {result.score:.4f}  log_prob {result.log_prob:.4f}")
+    if not result.finished:
+        line.append("  (cut at the length limit)", style="yellow")
+    return line
+
+
+def _decode_options(args, return_attention: bool) -> attnserve_pb2.DecodeOptions:
+    return attnserve_pb2.DecodeOptions(return_attention=return_attention, max_output_len=args.max_output_len,
+                                       beam_size=args.beam, n_best=args.n_best)
+
+
+def read_inputs(path: str) -> list[str]:
+    """One input per line of a UTF-8 file ("-": standard input); blank lines are skipped."""
+    if path == "-":
+        lines = sys.stdin.read().splitlines()
+    else:
+        with open(path, encoding="utf-8") as f:
+            lines = f.read().splitlines()
+    return [line.strip() for line in lines if line.strip()]
+
+
+class _RateColumn(ProgressColumn):
+    def render(self, task) -> Text:
+        return Text(f"{task.speed:,.0f} inputs/s" if task.speed else "", style="progress.data.speed")
+
+
+def transduce_bulk(stub, inputs: list[str], options, *, batch_size: int = BULK_BATCH_SIZE,
+                   in_flight: int = BULK_IN_FLIGHT, rpc_kwargs: dict | None = None,
+                   console: Console | None = None) -> Iterator[tuple[str, object]]:
+    """(input, Result) for every input, in input order: `batch_size` inputs per Transduce call,
+    up to `in_flight` calls at once, with a progress bar on `console` (stderr) when it is a terminal."""
+    console = console or Console(stderr=True)
+    progress = Progress(TextColumn("[progress.description]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                        _RateColumn(), TimeRemainingColumn(), console=console, disable=not console.is_terminal)
+    pending: deque = deque()  # (inputs, call future), oldest first: results come out in input order
+
+    def oldest() -> list[tuple[str, object]]:
+        batch, future = pending.popleft()
+        resp = future.result()
+        if len(resp.results) != len(batch):
+            raise ValueError(f"server returned {len(resp.results)} results for {len(batch)} inputs")
+        progress.advance(task, len(batch))
+        return list(zip(batch, resp.results))
+
+    with progress:
+        task = progress.add_task("transducing", total=len(inputs))
+        try:
+            for start in range(0, len(inputs), batch_size):
+                batch = inputs[start:start + batch_size]
+                request = attnserve_pb2.TransduceRequest(inputs=batch, options=options)
+                pending.append((batch, stub.Transduce.future(request, **(rpc_kwargs or {}))))
+                if len(pending) >= in_flight:
+                    yield from oldest()
+            while pending:
+                yield from oldest()
+        finally:  # an error, or a reader that stopped early: drop the calls still out
+            for _, future in pending:
+                future.cancel()
+
+
+def _cmd_bulk(stub, args) -> int:
+    """--file: one line per input on stdout, as `input<TAB>output` (or JSON lines with --json)."""
+    inputs = read_inputs(args.file)
+    options = _decode_options(args, return_attention=False)
+    try:
+        for text, r in transduce_bulk(stub, inputs, options, batch_size=args.batch_size,
+                                      in_flight=args.in_flight, rpc_kwargs=_rpc_kwargs(args)):
+            if args.json:
+                print(json.dumps(result_to_dict(text, r), ensure_ascii=False))
+            elif args.n_best > 1:  # one line per hypothesis, best first, each with its ranking score
+                for h in (r, *r.alternatives):
+                    print(f"{text}\t{h.output_text}\t{h.score:.4f}")
+            else:
+                print(f"{text}\t{r.output_text}")
+    except BrokenPipeError:  # `| head`: the reader has all it wants; keep exit's flush quiet
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return 0
+
+
 def _cmd_transduce(stub, args) -> int:
-    options = attnserve_pb2.DecodeOptions(return_attention=not args.no_attention, max_output_len=args.max_output_len)
-    resp = stub.Transduce(attnserve_pb2.TransduceRequest(inputs=args.words, options=options), timeout=args.timeout_s)
+    if args.file is not None:
+        return _cmd_bulk(stub, args)
+    options = _decode_options(args, return_attention=not args.no_attention)
+    resp = stub.Transduce(attnserve_pb2.TransduceRequest(inputs=args.words, options=options), **_rpc_kwargs(args))
     if len(resp.results) != len(args.words):
         raise ValueError(f"server returned {len(resp.results)} results for {len(args.words)} inputs")
     items = list(zip(args.words, resp.results))
@@ -190,6 +287,9 @@ def _cmd_transduce(stub, args) -> int:
     console.print(Text(f"model {resp.model_name} {resp.model_version}", style="dim"))
     for w, r in items:
         console.print(_summary(w, r))
+        if r.alternatives:  # beam search n-best: every hypothesis, ranked, with its score
+            for rank, h in enumerate((r, *r.alternatives), start=1):
+                console.print(_alternative(rank, h))
         if not args.no_attention:
             console.print(render_heatmap(r))
             console.print()
@@ -204,7 +304,7 @@ def _json_or_text(s: str):
 
 
 def _cmd_info(stub, args) -> int:
-    info = stub.GetModelInfo(attnserve_pb2.GetModelInfoRequest(), timeout=args.timeout_s)
+    info = stub.GetModelInfo(attnserve_pb2.GetModelInfoRequest(), **_rpc_kwargs(args))
     metrics = dict(sorted(info.metrics.items()))
     if args.json:
         doc = {"name": info.name, "version": info.version, "metrics": metrics,
@@ -227,27 +327,85 @@ def _checked(kind, ok, what):
     return parse
 
 
+def _add_connection_args(p: argparse.ArgumentParser) -> None:
+    """Where and how to reach the server: every subcommand gets these (TLS and auth flags belong here too)."""
+    g = p.add_argument_group("connection")
+    # Read at call time, not import time, so the environment of each run counts.
+    g.add_argument("--server", default=os.environ.get("ATTNSERVE_SERVER") or DEFAULT_SERVER,
+                   help="host:port of the server (default: $ATTNSERVE_SERVER or %(default)s)")
+    g.add_argument("--timeout-s", type=_checked(float, lambda v: v > 0, "> 0"), default=10.0,
+                   help="deadline of each RPC (default: %(default)s)")
+    g.add_argument("--tls-ca-file", default="", metavar="PEM",
+                   help="connect with TLS, trusting this CA (TLS with the system roots: give only --tls-cert-file)")
+    g.add_argument("--tls-cert-file", default="", metavar="PEM", help="client certificate for mutual TLS")
+    g.add_argument("--tls-key-file", default="", metavar="PEM", help="the client certificate's private key")
+    # The environment is the better place for a secret: command lines show in `ps`.
+    g.add_argument("--token", default=os.environ.get("ATTNSERVE_AUTH_TOKEN", ""),
+                   help="bearer token the server asks for (default: $ATTNSERVE_AUTH_TOKEN); without TLS it is "
+                        "only sent to a server on this machine")
+
+
+def open_channel(args) -> grpc.Channel:
+    """The one place the CLI makes its channel."""
+    creds = channel_credentials(args.tls_ca_file, args.tls_cert_file, args.tls_key_file, args.token)
+    return grpc.insecure_channel(args.server) if creds is None else grpc.secure_channel(args.server, creds)
+
+
+def _rpc_kwargs(args) -> dict:
+    """Keyword arguments of every RPC the CLI makes (the deadline; per-call metadata would go here)."""
+    return {"timeout": args.timeout_s}
+
+
 def _build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
-    # Read at call time, not import time, so the environment of each run counts.
-    common.add_argument("--server", default=os.environ.get("ATTNSERVE_SERVER") or DEFAULT_SERVER,
-                        help="host:port of the server (default: $ATTNSERVE_SERVER or %(default)s)")
-    common.add_argument("--json", action="store_true", help="print one JSON object instead of the terminal view")
-    common.add_argument("--timeout-s", type=_checked(float, lambda v: v > 0, "> 0"), default=10.0, help="RPC deadline (default: %(default)s)")
+    _add_connection_args(common)
+    common.add_argument("--json", action="store_true",
+                        help="print JSON (one document; with --file, one object per line) instead of the terminal view")
+    positive = _checked(int, lambda v: v >= 1, ">= 1")
 
     parser = argparse.ArgumentParser(prog="attnserve-client", description="Query an attnserve server.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="{phonemes,info}")
     t = sub.add_parser("phonemes", aliases=["transduce"], parents=[common],
                        help="transduce words (G2P: spelling -> phonemes) and show the attention")
-    t.add_argument("words", nargs="+", metavar="WORD")
+    t.add_argument("words", nargs="*", metavar="WORD", help='inputs; a lone "-" reads them from stdin (as --file -)')
+    bulk = t.add_argument_group("bulk conversion")
+    bulk.add_argument("--file", metavar="PATH",
+                      help='read one input per line from PATH ("-": stdin) and print input<TAB>output lines')
+    bulk.add_argument("--batch-size", type=positive, default=BULK_BATCH_SIZE, metavar="N",
+                      help="inputs per Transduce call with --file (default: %(default)s)")
+    bulk.add_argument("--in-flight", type=positive, default=BULK_IN_FLIGHT, metavar="N",
+                      help="Transduce calls in flight at once with --file (default: %(default)s)")
+    decoding = t.add_argument_group("decoding")
+    decoding.add_argument("--beam", type=positive, default=None, metavar="N",
+                          help="beam search width (default: greedy, or K with --n-best K)")
+    decoding.add_argument("--n-best", type=positive, default=1, metavar="K",
+                          help="show the K best hypotheses with their scores (needs a beam of at least K)")
+    decoding.add_argument("--max-output-len", type=_checked(int, lambda v: v >= 0, ">= 0"), default=0, metavar="N",
+                          help="cap on output tokens (0: the server's limit)")
     t.add_argument("--png", metavar="FILE", help="also write the heat maps as one PNG image")
     t.add_argument("--no-attention", action="store_true", help="do not request the attention weights")
-    t.add_argument("--max-output-len", type=_checked(int, lambda v: v >= 0, ">= 0"), default=0, metavar="N",
-                   help="cap on output tokens (0: the server's limit)")
-    t.set_defaults(func=_cmd_transduce)
+    t.set_defaults(func=_cmd_transduce, check=_check_transduce_args)
     i = sub.add_parser("info", parents=[common], help="show the served model's name, version and metrics")
     i.set_defaults(func=_cmd_info)
     return parser
+
+
+def _check_transduce_args(parser: argparse.ArgumentParser, args) -> None:
+    """Combinations argparse cannot express; normalises `-` to --file - and the default beam."""
+    if args.words == ["-"] and args.file is None:
+        args.words, args.file = [], "-"
+    if args.file is not None and args.words:
+        parser.error("give inputs as WORD arguments or with --file, not both")
+    if args.file is None and not args.words:
+        parser.error("no inputs: give WORD arguments, --file PATH, or - for stdin")
+    if args.file is not None and args.png:
+        parser.error("--png draws the heat maps of WORD arguments; --file output has no attention")
+    if args.png and args.no_attention:
+        parser.error("--png needs the attention weights; drop --no-attention")
+    if args.beam is None:
+        args.beam = args.n_best
+    if args.n_best > args.beam:
+        parser.error(f"--n-best {args.n_best} needs --beam {args.n_best} or wider, got --beam {args.beam}")
 
 
 def _rpc_error_text(e: grpc.RpcError) -> str:
@@ -261,10 +419,10 @@ def main(argv: list[str] | None = None) -> int:
     """Run the CLI; returns the exit status (the console-script wrapper passes it to sys.exit)."""
     parser = _build_parser()
     args = parser.parse_args(argv)
-    if getattr(args, "png", None) and args.no_attention:
-        parser.error("--png needs the attention weights; drop --no-attention")
+    if hasattr(args, "check"):
+        args.check(parser, args)
     try:
-        with grpc.insecure_channel(args.server) as channel:
+        with open_channel(args) as channel:
             return args.func(attnserve_pb2_grpc.TransducerStub(channel), args)
     except grpc.RpcError as e:
         print(_rpc_error_text(e), file=sys.stderr)

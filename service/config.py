@@ -24,6 +24,13 @@ class ServerConfig:
     max_input_len: int = 64  # characters per input
     grace_period_s: float = 10.0  # drain time for in-flight calls on SIGTERM
     max_message_bytes: int = 16 * 1024 * 1024
+    # Transport security (see service/security.py). A cert and key turn TLS on; a client CA
+    # on top makes it mutual TLS (clients must present a certificate signed by that CA).
+    tls_cert_file: str = ""
+    tls_key_file: str = ""
+    tls_client_ca_file: str = ""
+    # A file holding the shared-secret bearer token (or env ATTNSERVE_AUTH_TOKEN; never a flag).
+    auth_token_file: str = ""
 
     def __post_init__(self):
         if not 0 <= self.port <= 65535:
@@ -35,6 +42,16 @@ class ServerConfig:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.grace_period_s < 0:
             raise ValueError(f"grace_period_s must be >= 0, got {self.grace_period_s}")
+        if bool(self.tls_cert_file) != bool(self.tls_key_file):
+            raise ValueError(f"tls_cert_file ({self.tls_cert_file!r}) and tls_key_file ({self.tls_key_file!r}) "
+                             "go together")
+        if self.tls_client_ca_file and not self.tls_cert_file:
+            raise ValueError(f"tls_client_ca_file ({self.tls_client_ca_file!r}) needs tls_cert_file and "
+                             "tls_key_file: mutual TLS is TLS first")
+        for name in ("tls_cert_file", "tls_key_file", "tls_client_ca_file", "auth_token_file"):
+            path = getattr(self, name)
+            if path and not Path(path).is_file():
+                raise ValueError(f"{name} {path!r} is not a file")
 
 
 BATCHING_MODES = ("continuous", "request")
@@ -59,14 +76,30 @@ class BatcherConfig:
 
 
 @dataclass(frozen=True)
+class RepositoryConfig:
+    """Which version of the model directory (`models/<name>/<version>/`) is served."""
+
+    model_version: str = ""  # pin a version directory; "" = the highest numeric version
+    model_poll_s: float = 0.0  # look for a newer version this often and hot-reload it; 0 = off
+
+    def __post_init__(self):
+        if self.model_version and not self.model_version.isdigit():
+            raise ValueError(f"model_version must be a version directory name (digits), got {self.model_version!r}")
+        if self.model_poll_s < 0:
+            raise ValueError(f"model_poll_s must be >= 0 (0 = off), got {self.model_poll_s}")
+
+
+@dataclass(frozen=True)
 class Config:
     model_dir: Path = Path("models/g2p-en")
     server: ServerConfig = field(default_factory=ServerConfig)
     batcher: BatcherConfig = field(default_factory=BatcherConfig)
     engine: EngineConfig = field(default_factory=EngineConfig)
+    repository: RepositoryConfig = field(default_factory=RepositoryConfig)
 
 
-SECTIONS = {"server": ServerConfig, "batcher": BatcherConfig, "engine": EngineConfig}
+SECTIONS = {"server": ServerConfig, "batcher": BatcherConfig, "engine": EngineConfig,
+            "repository": RepositoryConfig}
 
 
 def _flag(name: str) -> str:

@@ -15,6 +15,7 @@ from service.config import ServerConfig
 from service.engine import Decoded, DecodeOptions
 
 EOS_LABEL = "</s>"
+ATTENTION_MODE_OF = {pb.ATTENTION_MODE_SOFT: "soft", pb.ATTENTION_MODE_HARD: "hard", pb.ATTENTION_MODE_TOP_K: "topk"}
 
 
 class BadRequest(ValueError):
@@ -62,7 +63,9 @@ def parse_transduce(raw: bytes, limits: ServerConfig, model_name: str, model_ver
         options = DecodeOptions(max_output_len=opts.max_output_len, beam_size=max(1, opts.beam_size),
                                 n_best=max(1, opts.n_best),
                                 length_penalty_alpha=opts.length_penalty_alpha
-                                if opts.HasField("length_penalty_alpha") else 0.0)
+                                if opts.HasField("length_penalty_alpha") else 0.0,
+                                attention_mode=ATTENTION_MODE_OF.get(opts.attention_mode, str(opts.attention_mode)),
+                                top_k=opts.top_k)
     except ValueError as e:
         raise BadRequest(f"options.{e}") from None
     return TransduceCall(texts=list(req.inputs), options=options, request_id=req.request_id,
@@ -76,7 +79,7 @@ def to_result(hyps: list[Decoded], joiner: str, return_attention: bool) -> pb.Re
                        log_prob=d.score, finished=d.finished,
                        score=d.score if d.rank_score is None else d.rank_score,
                        alternatives=[to_result([h], joiner, return_attention) for h in hyps[1:]])
-    if return_attention:
+    if return_attention and d.attn is not None:  # a model without attention has none to return
         T, S = d.attn.shape
         result.attention.CopyFrom(pb.Attention(
             rows=T, cols=S, weights=d.attn.ravel().tolist(), source_labels=d.src_tokens,
@@ -110,4 +113,16 @@ def to_model_info(manifest: dict) -> pb.ModelInfo:
     return pb.ModelInfo(name=manifest["name"], version=str(manifest["version"]),
                         source_vocab=manifest["src_vocab"], target_vocab=manifest["tgt_vocab"],
                         config_json=json.dumps(manifest.get("model_config", {})), metrics=metrics,
-                        manifest_json=json.dumps(rest))
+                        manifest_json=json.dumps(rest), has_attention=has_attention(manifest),
+                        attention_modes=attention_modes(manifest))
+
+
+def has_attention(manifest: dict) -> bool:
+    """Whether the bundle's model has attention; bundles from before the attention-free
+    variants do not say, and all have it."""
+    return bool(manifest.get("has_attention", manifest.get("model_config", {}).get("attention") != "none"))
+
+
+def attention_modes(manifest: dict) -> list[str]:
+    """The DecodeOptions.attention_mode values the bundle takes (older bundles: soft only)."""
+    return list(manifest.get("attention_modes", ["soft"] if has_attention(manifest) else []))

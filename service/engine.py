@@ -3,6 +3,13 @@
 Synchronous and free of any transport. Two ways in: `decode()` greedy-decodes
 a whole batch to the end (request-level batching), while `encode()` and
 `step()` let a scheduler add and remove rows between steps (continuous batching).
+
+What a bundle can do is read from its graphs, not assumed: a model without attention
+has no `attn` output (its Decoded.attn is None), and hard / top-k attention at
+inference is the decoder-step graph's `top_k` input, one value per row (0 soft, 1 hard,
+k top-k renormalised). One graph with a per-row input, rather than one exported graph
+per mode, keeps rows of different modes in one continuous batch, and the export's
+parity check runs through the very graph that serves every mode.
 """
 from __future__ import annotations
 
@@ -30,6 +37,8 @@ class EngineConfig:
 
 
 MAX_BEAM_SIZE = 16
+ATTENTION_MODES = ("soft", "hard", "topk")
+MAX_TOP_K = 64
 
 
 @dataclass(frozen=True)
@@ -40,6 +49,10 @@ class DecodeOptions:
     beam_size: int = 1  # 1 = greedy
     n_best: int = 1
     length_penalty_alpha: float = 0.0  # beam ranking: log_prob / length ** alpha
+    # Attention at inference, for a model trained with soft attention: soft (as trained), hard
+    # (one-hot on the argmax) or topk (the top_k largest weights, renormalised). See Engine.
+    attention_mode: str = "soft"
+    top_k: int = 0  # attention_mode "topk" only
 
     def __post_init__(self):
         if self.max_output_len < 0:
@@ -50,6 +63,18 @@ class DecodeOptions:
             raise ValueError(f"n_best must be in 1..beam_size ({self.beam_size}), got {self.n_best}")
         if not 0.0 <= self.length_penalty_alpha <= 4.0:  # also rejects NaN
             raise ValueError(f"length_penalty_alpha must be in [0, 4], got {self.length_penalty_alpha}")
+        if self.attention_mode not in ATTENTION_MODES:
+            raise ValueError(f"attention_mode must be one of {ATTENTION_MODES}, got {self.attention_mode!r}")
+        if self.attention_mode == "topk" and not 1 <= self.top_k <= MAX_TOP_K:
+            raise ValueError(f"top_k must be in 1..{MAX_TOP_K} for attention_mode 'topk', got {self.top_k}")
+        if self.attention_mode != "topk" and self.top_k:
+            raise ValueError(f"top_k is for attention_mode 'topk' only, got {self.top_k} "
+                             f"with attention_mode {self.attention_mode!r}")
+
+    @property
+    def attention_top_k(self) -> int:
+        """The decoder graph's `top_k` input for this mode: 0 soft, 1 hard, k top-k."""
+        return {"soft": 0, "hard": 1}.get(self.attention_mode, self.top_k)
 
 
 GREEDY = DecodeOptions()
@@ -63,20 +88,32 @@ class Decoded:
     output_ids: list[int]  # without </s>
     output_tokens: list[str]
     score: float  # log-probability of the output, </s> included
-    attn: np.ndarray  # (T, S) float32
+    attn: np.ndarray | None  # (T, S) float32; None for a model without attention
     finished: bool  # emitted </s> before the length limit
     rank_score: float | None = None  # beam search: the length-normalised score it was ranked by
+    self_attn: np.ndarray | None = None  # (heads, S, S) the encoder's self-attention, when the model has it
+
+    @property
+    def steps(self) -> int:
+        """Decoder steps taken: the outputs, and </s> when emitted (= attention rows)."""
+        return len(self.output_ids) + int(self.finished)
 
 
 @dataclass
 class Running:
-    """Decoder inputs of the rows in flight, batch-aligned (one row per sequence)."""
+    """Decoder inputs of the rows in flight, batch-aligned (one row per sequence).
+
+    enc_out and keys are None for a model without attention (its steps never read the
+    source); pad_mask is always there, as each row's source length.
+    """
 
     y_prev: np.ndarray  # (B,) int64, the previous output token
     state: dict[str, np.ndarray]  # h, c: (L, B, H); feed: (B, H)
-    enc_out: np.ndarray  # (B, S, H)
-    keys: np.ndarray  # (B, S, H)
+    enc_out: np.ndarray | None  # (B, S, H)
+    keys: np.ndarray | None  # (B, S, H)
     pad_mask: np.ndarray  # (B, S) True at padding
+    top_k: np.ndarray | None = None  # (B,) int64, each row's attention mode (0 soft, 1 hard, k top-k)
+    self_attn: np.ndarray | None = None  # (B, heads, S, S), kept for the results
 
     def __len__(self) -> int:
         return len(self.y_prev)
@@ -85,30 +122,49 @@ class Running:
         """Keep these rows (indices), trimming source padding no remaining row needs."""
         S = int((~self.pad_mask[rows]).sum(axis=1).max()) if len(rows) else 0
         return Running(self.y_prev[rows], {n: _take_batch(n, v, rows) for n, v in self.state.items()},
-                       self.enc_out[rows, :S], self.keys[rows, :S], self.pad_mask[rows, :S])
+                       _rows(self.enc_out, rows, S), _rows(self.keys, rows, S), self.pad_mask[rows, :S],
+                       _rows(self.top_k, rows), _rows(self.self_attn, rows, S, axes=(2, 3)))
 
     @staticmethod
     def concat(a: "Running", b: "Running") -> "Running":
         """Rows of a then rows of b; the shorter sources are padded (pad_mask True) to the longer."""
-        S = max(a.enc_out.shape[1], b.enc_out.shape[1])
+        S = max(a.pad_mask.shape[1], b.pad_mask.shape[1])
         return Running(np.concatenate([a.y_prev, b.y_prev]),
                        {n: np.concatenate([a.state[n], b.state[n]], axis=1 if n in ("h", "c") else 0)
                         for n in a.state},
-                       np.concatenate([_pad_time(a.enc_out, S, 0.0), _pad_time(b.enc_out, S, 0.0)]),
-                       np.concatenate([_pad_time(a.keys, S, 0.0), _pad_time(b.keys, S, 0.0)]),
-                       np.concatenate([_pad_time(a.pad_mask, S, True), _pad_time(b.pad_mask, S, True)]))
+                       _cat(a.enc_out, b.enc_out, S, 0.0), _cat(a.keys, b.keys, S, 0.0),
+                       _cat(a.pad_mask, b.pad_mask, S, True), _cat(a.top_k, b.top_k),
+                       _cat(a.self_attn, b.self_attn, S, 0.0, axes=(2, 3)))
 
 
 def _take_batch(name: str, value: np.ndarray, rows: np.ndarray) -> np.ndarray:
     return value[:, rows] if name in ("h", "c") else value[rows]  # h, c are (L, B, H)
 
 
-def _pad_time(x: np.ndarray, S: int, fill) -> np.ndarray:
-    """Pad axis 1 (source time) of x to length S."""
-    if x.shape[1] == S:
+def _rows(x: np.ndarray | None, rows: np.ndarray, S: int | None = None, axes=(1,)) -> np.ndarray | None:
+    """x[rows], its source-time axes cut to S (None: no time axis; x None stays None)."""
+    if x is None:
+        return None
+    x = x[rows]
+    if S is not None:
+        x = x[tuple(slice(None, S) if i in axes else slice(None) for i in range(x.ndim))]
+    return x
+
+
+def _cat(a: np.ndarray | None, b: np.ndarray | None, S: int | None = None, fill=0, axes=(1,)):
+    """Rows of a then b, their source-time axes padded to S."""
+    if a is None:
+        return None
+    if S is not None:
+        a, b = _pad_time(a, S, fill, axes), _pad_time(b, S, fill, axes)
+    return np.concatenate([a, b])
+
+
+def _pad_time(x: np.ndarray, S: int, fill, axes=(1,)) -> np.ndarray:
+    """Pad the source-time axes of x to length S."""
+    pad = [(0, S - x.shape[i]) if i in axes else (0, 0) for i in range(x.ndim)]
+    if not any(p[1] for p in pad):
         return x
-    pad = [(0, 0)] * x.ndim
-    pad[1] = (0, S - x.shape[1])
     return np.pad(x, pad, constant_values=fill)
 
 
@@ -134,44 +190,64 @@ class Engine:
         suffix = "" if cfg.precision == "fp32" else f".{cfg.precision}"
         self.encoder = ort.InferenceSession(str(bundle.graph_path("encoder" + suffix)), opts, providers=providers)
         self.decoder = ort.InferenceSession(str(bundle.graph_path("decoder_step" + suffix)), opts, providers=providers)
-        dec_inputs = {i.name for i in self.decoder.get_inputs()}
-        self.state_names = [n for n in ("h", "c", "feed") if n in dec_inputs]
+        self._dec_inputs = {i.name for i in self.decoder.get_inputs()}
+        self._dec_outputs = [o.name for o in self.decoder.get_outputs()]
         self._enc_outputs = [o.name for o in self.encoder.get_outputs()]
+        self.state_names = [n for n in ("h", "c", "feed") if n in self._dec_inputs]
+        # What this bundle's graphs can do, read from the graphs themselves (bundles from before
+        # these variants have attention but no `top_k` input: soft attention only).
+        self.has_attention = "attn" in self._dec_outputs
+        self.attention_modes: tuple[str, ...] = (
+            ("soft", "hard", "topk") if "top_k" in self._dec_inputs else ("soft",) if self.has_attention else ())
 
     def tokenize(self, text: str) -> list[str]:
         if self.lowercase:
             text = text.lower()
         return list(text) if self.src_tokens_kind == "chars" else text.split()
 
-    def encode(self, sources: list[list[str]]) -> "Running":
-        """Run the encoder over tokenized, non-empty sources; rows start at <s>."""
+    def encode(self, sources: list[list[str]], top_k: list[int] | None = None) -> "Running":
+        """Run the encoder over tokenized, non-empty sources; rows start at <s>.
+
+        top_k: each row's attention mode (DecodeOptions.attention_top_k), default soft.
+        """
         B, S = len(sources), max(len(s) for s in sources)
         src = np.full((B, S), self.pad_id, dtype=np.int64)  # (B, S)
         for b, tokens in enumerate(sources):
             src[b, :len(tokens)] = [self._src_index.get(t, self.unk_id) for t in tokens]
         src_len = np.array([len(s) for s in sources], dtype=np.int64)  # (B,)
+        if top_k is not None and any(top_k) and "top_k" not in self._dec_inputs:
+            raise ValueError(f"model {self.name!r} version {self.version!r} has no hard/top-k attention "
+                             f"(modes available: {list(self.attention_modes)})")
         enc = dict(zip(self._enc_outputs, self.encoder.run(None, {"src": src, "src_len": src_len})))
         return Running(y_prev=np.full((B,), self.bos_id, dtype=np.int64),
                        state={n: enc[n] for n in self.state_names},
-                       enc_out=enc["enc_out"], keys=enc["keys"], pad_mask=enc["pad_mask"])
+                       enc_out=enc.get("enc_out"), keys=enc.get("keys"), pad_mask=enc["pad_mask"],
+                       top_k=np.array(top_k if top_k is not None else [0] * B, dtype=np.int64),
+                       self_attn=enc.get("self_attn"))
 
-    def step(self, run: "Running") -> tuple[np.ndarray, np.ndarray, "Running"]:
-        """One decoder step for every row: log_probs (B, V), attn (B, S), and the rows' next inputs
-        (y_prev still to be chosen by the caller)."""
-        log_probs, *next_state, attn = self.decoder.run(None, {
-            "y_prev": run.y_prev, **run.state, "enc_out": run.enc_out, "keys": run.keys, "pad_mask": run.pad_mask})
-        return log_probs, attn, Running(run.y_prev, dict(zip(self.state_names, next_state)),
-                                        run.enc_out, run.keys, run.pad_mask)
+    def step(self, run: "Running") -> tuple[np.ndarray, np.ndarray | None, "Running"]:
+        """One decoder step for every row: log_probs (B, V), attn (B, S) or None without attention,
+        and the rows' next inputs (y_prev still to be chosen by the caller)."""
+        inputs = {"y_prev": run.y_prev, **run.state, "enc_out": run.enc_out, "keys": run.keys,
+                  "pad_mask": run.pad_mask, "top_k": run.top_k}
+        out = dict(zip(self._dec_outputs, self.decoder.run(None, {
+            n: v for n, v in inputs.items() if n in self._dec_inputs})))
+        return out["log_probs"], out.get("attn"), Running(
+            run.y_prev, {n: out[f"{n}_next"] for n in self.state_names}, run.enc_out, run.keys, run.pad_mask,
+            run.top_k, run.self_attn)
 
-    def decode(self, sources: list[list[str]], max_output_lens: list[int] | None = None) -> list[Decoded]:
+    def decode(self, sources: list[list[str]], max_output_lens: list[int] | None = None,
+               top_k: list[int] | None = None) -> list[Decoded]:
         """Greedy-decode a batch of tokenized, non-empty sources together until all are done.
 
-        Each row stops at </s> or at its own length limit (never above the engine's).
+        Each row stops at </s> or at its own length limit (never above the engine's), and
+        attends in its own mode (top_k, see encode()).
         """
         cap = self.cfg.max_output_len
         limits = np.array([min(n or cap, cap) for n in (max_output_lens or [cap] * len(sources))])  # (B,)
         B = len(sources)
-        run = self.encode(sources)
+        run = self.encode(sources, top_k)
+        self_attn = run.self_attn
         done = np.zeros(B, dtype=bool)
         score = np.zeros(B, dtype=np.float64)
         steps = np.zeros(B, dtype=np.int64)  # decoder steps each row took, </s> included
@@ -182,27 +258,31 @@ class Engine:
             score += np.where(done, 0.0, log_probs[np.arange(B), y])
             steps += ~done
             steps_ids.append(np.where(done, self.pad_id, y))
-            steps_attn.append(attn)  # (B, S)
+            steps_attn.append(attn)  # (B, S) or None
             done |= (y == self.eos_id) | (steps >= limits)
             run.y_prev = y
             if done.all():
                 break
         ids = np.stack(steps_ids, axis=1)  # (B, T)
-        attn = np.stack(steps_attn, axis=1)  # (B, T, S)
-        return [self.result(sources[b], ids[b, :steps[b]], attn[b], float(score[b])) for b in range(B)]
+        attn = np.stack(steps_attn, axis=1) if self.has_attention else None  # (B, T, S)
+        return [self.result(sources[b], ids[b, :steps[b]], None if attn is None else attn[b], float(score[b]),
+                            None if self_attn is None else self_attn[b]) for b in range(B)]
 
     def limit(self, max_output_len: int) -> int:
         return min(max_output_len or self.cfg.max_output_len, self.cfg.max_output_len)
 
-    def result(self, src_tokens: list[str], ids, attn: np.ndarray, score: float) -> Decoded:
-        """A Decoded from one row's emitted ids (</s> last when finished) and its (>=T, >=S) attention."""
-        steps = len(ids)
+    def result(self, src_tokens: list[str], ids, attn: np.ndarray | None, score: float,
+               self_attn: np.ndarray | None = None) -> Decoded:
+        """A Decoded from one row's emitted ids (</s> last when finished), its (>=T, >=S) attention
+        (None without attention) and its (heads, >=S, >=S) self-attention (None without)."""
+        steps, S = len(ids), len(src_tokens)
         out = [int(i) for i in ids if i != self.eos_id]
         finished = steps > 0 and int(ids[steps - 1]) == self.eos_id
         return Decoded(src_tokens=list(src_tokens), output_ids=out,
                        output_tokens=[self.tgt_vocab[i] for i in out], score=score,
-                       attn=np.ascontiguousarray(attn[:steps, :len(src_tokens)], dtype=np.float32),
-                       finished=finished)
+                       attn=None if attn is None else np.ascontiguousarray(attn[:steps, :S], dtype=np.float32),
+                       finished=finished,
+                       self_attn=None if self_attn is None else np.ascontiguousarray(self_attn[:, :S, :S]))
 
     def join(self, tokens: list[str]) -> str:
         return self.tgt_joiner.join(tokens)

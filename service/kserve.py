@@ -12,6 +12,9 @@ The model as KServe clients see it:
           OUTPUT_LENGTH  INT32 [B]        T of each item: its real attention rows (decoder steps)
           INPUT_LENGTH   INT32 [B]        S of each item: its real attention columns (source tokens)
   parameters max_output_len (int64_param, 0 = the server's limit), return_attention (bool_param)
+
+Triton's ModelConfig says the same (max_batch_size 0: TEXT's one dimension is the batch), so that
+perf_analyzer, which reads it before anything else, can drive the server.
 """
 from __future__ import annotations
 
@@ -25,10 +28,10 @@ from inference import grpc_service_pb2 as pb
 from service.batcher import Batcher, NotReady
 from service.bundle import Bundle
 from service.config import ServerConfig
-from service.convert import BadRequest, UnknownModel
+from service.convert import BadRequest, UnknownModel, has_attention
 from service.engine import Decoded, DecodeOptions
 from service.metrics import Metrics
-from service.servicer import observe
+from service.servicer import model_label, observe
 
 KSERVE_SERVICE_NAME = "inference.GRPCInferenceService"
 INPUT = "TEXT"
@@ -40,6 +43,9 @@ OUTPUTS = {
     "OUTPUT_LENGTH": ("INT32", [-1]),
     "INPUT_LENGTH": ("INT32", [-1]),
 }
+# The inference API's datatypes as Triton's model configuration names them.
+_CONFIG_TYPE = {"BYTES": pb.TYPE_STRING, "FP32": pb.TYPE_FP32, "INT32": pb.TYPE_INT32}
+PLATFORM = "onnxruntime"
 _LENGTH_PREFIX = struct.Struct("<I")  # BYTES raw format: a 4-byte little-endian length before each element
 
 
@@ -90,6 +96,11 @@ def _param(params, key: str, kind: str, default):
     return getattr(params[key], kind)
 
 
+def _outputs(bundle: Bundle) -> dict:
+    """The model's outputs: a model without attention has no ATTENTION."""
+    return {n: v for n, v in OUTPUTS.items() if n != "ATTENTION" or has_attention(bundle.manifest)}
+
+
 def parse_infer(req: pb.ModelInferRequest, limits: ServerConfig, bundle: Bundle) -> InferCall:
     """Validate a ModelInferRequest against the model's signature and the server's limits."""
     _check_model(req.model_name, req.model_version, bundle)
@@ -126,11 +137,14 @@ def parse_infer(req: pb.ModelInferRequest, limits: ServerConfig, bundle: Bundle)
     max_output_len = _param(req.parameters, "max_output_len", "int64_param", 0)
     if max_output_len < 0:
         raise BadRequest(f"parameter max_output_len must be >= 0, got {max_output_len}")
-    return_attention = _param(req.parameters, "return_attention", "bool_param", True)
+    # A model without attention (ModelInfo.has_attention false) has no ATTENTION output.
+    return_attention = _param(req.parameters, "return_attention", "bool_param", True) and has_attention(bundle.manifest)
     outputs = [o.name for o in req.outputs] or [n for n in OUTPUTS if return_attention or n != "ATTENTION"]
     for name in outputs:
         if name not in OUTPUTS:
             raise BadRequest(f"unknown output {name!r}; the model has {list(OUTPUTS)}")
+    if "ATTENTION" in outputs and not has_attention(bundle.manifest):
+        raise BadRequest(f"output ATTENTION was requested but model {bundle.name!r} has no attention")
     if "ATTENTION" in outputs and not return_attention:
         raise BadRequest("output ATTENTION was requested but parameter return_attention is false")
     return InferCall(texts=texts, outputs=outputs, max_output_len=max_output_len)
@@ -145,9 +159,9 @@ def _tensor(name: str, results: list[Decoded], joiner: str) -> tuple[list[int], 
     if name == "SCORE":
         return [B], np.array([d.score for d in results], dtype="<f4").tobytes()
     if name == "OUTPUT_LENGTH":
-        return [B], np.array([d.attn.shape[0] for d in results], dtype="<i4").tobytes()
+        return [B], np.array([d.steps for d in results], dtype="<i4").tobytes()
     if name == "INPUT_LENGTH":
-        return [B], np.array([d.attn.shape[1] for d in results], dtype="<i4").tobytes()
+        return [B], np.array([len(d.src_tokens) for d in results], dtype="<i4").tobytes()
     # ATTENTION: one dense tensor needs one T and S, so shorter items are zero-padded;
     # OUTPUT_LENGTH and INPUT_LENGTH tell a client where each item's real matrix ends.
     T, S = max(d.attn.shape[0] for d in results), max(d.attn.shape[1] for d in results)
@@ -182,27 +196,34 @@ class KServeServicer:
         self.batcher, self.bundle = batcher, bundle
 
     async def ServerLive(self, request, context):
-        return await observe(self.metrics, "ServerLive", context, self._value(pb.ServerLiveResponse(live=True)))
+        return await self._observe("ServerLive", context, self._value(pb.ServerLiveResponse(live=True)))
 
     async def ServerReady(self, request, context):
         ready = pb.ServerReadyResponse(ready=self.bundle is not None)
-        return await observe(self.metrics, "ServerReady", context, self._value(ready))
+        return await self._observe("ServerReady", context, self._value(ready))
 
     async def ModelReady(self, request, context):
         # An unknown model is simply not ready: readiness probes want a yes or no, not an error.
         b = self.bundle
         ready = b is not None and request.name == b.name and request.version in ("", b.version)
-        return await observe(self.metrics, "ModelReady", context, self._value(pb.ModelReadyResponse(ready=ready)))
+        return await self._observe("ModelReady", context, self._value(pb.ModelReadyResponse(ready=ready)))
 
     async def ServerMetadata(self, request, context):
         reply = pb.ServerMetadataResponse(name="attnserve", version=_server_version(), extensions=[])
-        return await observe(self.metrics, "ServerMetadata", context, self._value(reply))
+        return await self._observe("ServerMetadata", context, self._value(reply))
 
     async def ModelMetadata(self, request, context):
-        return await observe(self.metrics, "ModelMetadata", context, self._model_metadata(request))
+        return await self._observe("ModelMetadata", context, self._model_metadata(request))
 
     async def ModelInfer(self, request, context):
-        return await observe(self.metrics, "ModelInfer", context, self._infer(request))
+        return await self._observe("ModelInfer", context, self._infer(request))
+
+    async def ModelConfig(self, request, context):
+        # Triton's extension; perf_analyzer reads it (and refuses to run without it).
+        return await self._observe("ModelConfig", context, self._model_config(request))
+
+    def _observe(self, rpc: str, context, work):
+        return observe(self.metrics, rpc, model_label(self.bundle), context, work)
 
     @staticmethod
     async def _value(reply):
@@ -214,9 +235,20 @@ class KServeServicer:
         _check_model(request.name, request.version, bundle)
         meta = pb.ModelMetadataResponse.TensorMetadata
         return pb.ModelMetadataResponse(
-            name=bundle.name, versions=[bundle.version], platform="onnxruntime",
+            name=bundle.name, versions=[bundle.version], platform=PLATFORM,
             inputs=[meta(name=INPUT, datatype="BYTES", shape=[-1])],
-            outputs=[meta(name=n, datatype=dt, shape=shape) for n, (dt, shape) in OUTPUTS.items()])
+            outputs=[meta(name=n, datatype=dt, shape=shape) for n, (dt, shape) in _outputs(bundle).items()])
+
+    async def _model_config(self, request: pb.ModelConfigRequest) -> pb.ModelConfigResponse:
+        _, bundle = self._ready()
+        _check_model(request.name, request.version, bundle)
+        # max_batch_size 0: the batch is the TEXT dimension itself, batched again across calls by our batcher.
+        config = pb.ModelConfig(
+            name=bundle.name, platform=PLATFORM, max_batch_size=0,
+            input=[pb.ModelInput(name=INPUT, data_type=pb.TYPE_STRING, dims=[-1])],
+            output=[pb.ModelOutput(name=n, data_type=_CONFIG_TYPE[dt], dims=shape)
+                    for n, (dt, shape) in _outputs(bundle).items()])
+        return pb.ModelConfigResponse(config=config)
 
     async def _infer(self, request: pb.ModelInferRequest) -> pb.ModelInferResponse:
         batcher, bundle = self._ready()

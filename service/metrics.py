@@ -17,10 +17,13 @@ class Metrics:
     def __init__(self, registry: CollectorRegistry | None = None):
         self.registry = registry if registry is not None else CollectorRegistry()
         r = self.registry
-        self.requests = Counter("attnserve_requests", "RPCs handled, by RPC and gRPC status code.",
-                                ["rpc", "code"], registry=r)
+        # `model` is the served model's name (never a client's string), so the label set stays bounded.
+        self.requests = Counter("attnserve_requests", "RPCs handled, by RPC, model and gRPC status code.",
+                                ["rpc", "model", "code"], registry=r)
         self.request_seconds = Histogram("attnserve_request_duration_seconds", "RPC latency seen by the server.",
-                                         ["rpc", "code"], buckets=LATENCY_BUCKETS_S, registry=r)
+                                         ["rpc", "model", "code"], buckets=LATENCY_BUCKETS_S, registry=r)
+        # Stream messages count one each, as in attnserve_requests_total.
+        self.inflight_requests = Gauge("attnserve_inflight_requests", "RPCs being handled right now.", registry=r)
         self.inputs = Counter("attnserve_inputs", "Inputs (e.g. words) transduced.", registry=r)
         self.batch_size = Histogram("attnserve_batch_size", "Sources decoded together in one engine batch.",
                                     buckets=BATCH_BUCKETS, registry=r)
@@ -35,3 +38,18 @@ class Metrics:
                                         registry=r)
         self.model_info = Gauge("attnserve_model_info", "The served model (value 1).", ["name", "version"],
                                 registry=r)
+        # Decoder work per sequence: one row-step is one sequence going through one decoder step.
+        # The second counts row-steps run for a sequence whose caller had already gone (cancelled,
+        # deadline passed) - continuous batching keeps it to at most one per such sequence.
+        self.decode_row_steps = Counter("attnserve_decode_row_steps",
+                                        "Greedy decoder row-steps run (sequences x steps; beam search not counted).",
+                                        registry=r)
+        self.decode_row_steps_after_cancel = Counter(
+            "attnserve_decode_row_steps_after_cancel",
+            "Decoder row-steps run for sequences whose caller had cancelled or whose deadline had passed.",
+            registry=r)
+        self.auth_failures = Counter("attnserve_auth_failures", "RPCs refused UNAUTHENTICATED (no or wrong token).",
+                                     registry=r)
+        self.model_reloads = Counter("attnserve_model_reloads",
+                                     "Model loads (the first and every reload), by result (ok, refused).",
+                                     ["result"], registry=r)

@@ -10,47 +10,54 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
 import sys
-import time
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from prometheus_client import start_http_server
 
-from attnserve.v1 import attnserve_pb2 as pb
 from inference import grpc_service_pb2_grpc as kserve_grpc
-from service.batcher import Batcher, make_batcher
-from service.bundle import BundleError, load_bundle
+from service.admin import AdminServicer, admin_handler
+from service.batcher import Batcher
+from service.bundle import Bundle, BundleError
 from service.config import Config, parse_config
-from service.engine import Engine
 from service.kserve import KSERVE_SERVICE_NAME, KServeServicer
 from service.metrics import Metrics
+from service.models import ModelManager
+from service.security import BearerTokenInterceptor, SecurityError, load_auth_token, server_credentials
 from service.servicer import SERVICE_NAME, TransducerServicer, handler
 
 log = logging.getLogger("attnserve")
 SERVING, NOT_SERVING = health_pb2.HealthCheckResponse.SERVING, health_pb2.HealthCheckResponse.NOT_SERVING
-WARMUP_WORDS = ["warmup", "a", "attention"]
 
 
 class AttnServer:
     """One server: gRPC transport, health, reflection, metrics endpoint, batcher and engine."""
 
     def __init__(self, cfg: Config, metrics: Metrics | None = None):
+        """Raises SecurityError when a TLS file or the auth token cannot be used."""
         self.cfg = cfg
         self.metrics = metrics or Metrics()
         self.servicer = TransducerServicer(cfg.server, self.metrics)
         self.kserve = KServeServicer(cfg.server, self.metrics)  # Open Inference Protocol, same port
+        self.models = ModelManager(cfg, self.metrics, self._attach)
         self.health = health.aio.HealthServicer()
-        self.batcher: Batcher | None = None
         self.port = 0
         self.metrics_port = -1
         self._metrics_http = None
+        self._credentials = server_credentials(cfg.server)
+        token = load_auth_token(cfg.server, os.environ)
+        self.auth = token is not None
+        interceptors = [BearerTokenInterceptor(token, self.metrics)] if self.auth else []
         limit = cfg.server.max_message_bytes
-        self.grpc = grpc.aio.server(options=[("grpc.max_receive_message_length", limit),
+        self.grpc = grpc.aio.server(interceptors=interceptors,
+                                    options=[("grpc.max_receive_message_length", limit),
                                              ("grpc.max_send_message_length", limit)])
-        self.grpc.add_generic_rpc_handlers((handler(self.servicer),))
+        self.grpc.add_generic_rpc_handlers((handler(self.servicer), admin_handler(AdminServicer(self.models,
+                                                                                                self.metrics))))
         kserve_grpc.add_GRPCInferenceServiceServicer_to_server(self.kserve, self.grpc)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.grpc)
         reflection.enable_server_reflection(
@@ -60,37 +67,41 @@ class AttnServer:
         """Bind the ports; the model is not loaded yet (health NOT_SERVING)."""
         for service in ("", SERVICE_NAME):
             await self.health.set(service, NOT_SERVING)
-        self.port = self.grpc.add_insecure_port(f"{self.cfg.server.host}:{self.cfg.server.port}")
+        address = f"{self.cfg.server.host}:{self.cfg.server.port}"
+        if self._credentials is None:
+            self.port = self.grpc.add_insecure_port(address)
+        else:
+            self.port = self.grpc.add_secure_port(address, self._credentials)
         await self.grpc.start()
         if self.cfg.server.metrics_port >= 0:
             self._metrics_http, _ = start_http_server(self.cfg.server.metrics_port, addr=self.cfg.server.host,
                                                       registry=self.metrics.registry)
             self.metrics_port = self._metrics_http.server_port
 
+    @property
+    def batcher(self) -> Batcher | None:
+        return self.models.batcher
+
+    def _attach(self, batcher: Batcher, bundle: Bundle) -> None:
+        self.servicer.attach(batcher, bundle)
+        self.kserve.attach(batcher, bundle)
+
     async def load(self) -> None:
         """Verify, load and warm the model, then report SERVING. Raises BundleError on a bad bundle."""
-        started = time.perf_counter()
-        loop = asyncio.get_running_loop()
-        bundle = await loop.run_in_executor(None, load_bundle, self.cfg.model_dir)
-        engine = await loop.run_in_executor(None, Engine, bundle, self.cfg.engine)
-        await loop.run_in_executor(None, engine.decode, [engine.tokenize(w) for w in WARMUP_WORDS])
-        self.batcher = make_batcher(engine, self.cfg.batcher, self.metrics)
-        self.batcher.start()
-        self.servicer.attach(self.batcher, bundle)
-        self.kserve.attach(self.batcher, bundle)
-        self.metrics.model_load_seconds.set(time.perf_counter() - started)
-        self.metrics.model_info.labels(bundle.name, bundle.version).set(1)
+        bundle = await self.models.load()
         for service in ("", SERVICE_NAME):
             await self.health.set(service, SERVING)
-        log.info("serving %s version %s from %s on port %d (metrics on %d)", bundle.name, bundle.version,
-                 bundle.path, self.port, self.metrics_port)
+        self.models.start_polling()
+        log.info("serving %s version %s from %s on port %d (%s%s; metrics on %d)", bundle.name, bundle.version,
+                 bundle.path, self.port, "mutual TLS" if self.cfg.server.tls_client_ca_file else
+                 "TLS" if self._credentials else "plaintext",
+                 ", bearer token required" if self.auth else "", self.metrics_port)
 
     async def stop(self, grace_s: float | None = None) -> None:
         """NOT_SERVING, refuse new calls, let in-flight calls finish within the grace period."""
         await self.health.enter_graceful_shutdown()
         await self.grpc.stop(self.cfg.server.grace_period_s if grace_s is None else grace_s)
-        if self.batcher is not None:
-            await self.batcher.stop()
+        await self.models.stop()
         if self._metrics_http is not None:
             self._metrics_http.shutdown()
             self._metrics_http.server_close()
@@ -101,7 +112,11 @@ def build_server(cfg: Config, metrics: Metrics | None = None) -> AttnServer:
 
 
 async def serve(cfg: Config) -> int:
-    server = build_server(cfg)
+    try:
+        server = build_server(cfg)
+    except SecurityError as e:
+        log.error("refusing to start: %s", e)
+        return 2
     await server.start()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

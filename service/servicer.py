@@ -14,7 +14,7 @@ import grpc
 from attnserve.v1 import attnserve_pb2 as pb
 from service import convert
 from service.batcher import Batcher, InvalidInput, NotReady, Overloaded
-from service.bundle import Bundle
+from service.bundle import Bundle, BundleError, VersionNotFound
 from service.config import ServerConfig
 from service.metrics import Metrics
 
@@ -28,6 +28,8 @@ STATUS_OF = {
     convert.UnknownModel: grpc.StatusCode.NOT_FOUND,
     Overloaded: grpc.StatusCode.RESOURCE_EXHAUSTED,
     NotReady: grpc.StatusCode.UNAVAILABLE,
+    VersionNotFound: grpc.StatusCode.NOT_FOUND,  # ReloadModel: no such version directory
+    BundleError: grpc.StatusCode.FAILED_PRECONDITION,  # ReloadModel: bundle refused, the old one still serves
 }
 
 
@@ -39,17 +41,30 @@ def status_of(e: Exception, rpc: str) -> tuple[grpc.StatusCode, str]:
     return grpc.StatusCode.INTERNAL, f"internal error: {type(e).__name__}: {e}"
 
 
-def record(metrics: Metrics, rpc: str, code: grpc.StatusCode, started: float) -> None:
-    metrics.requests.labels(rpc, code.name).inc()
-    metrics.request_seconds.labels(rpc, code.name).observe(time.perf_counter() - started)
+def model_label(bundle: Bundle | None) -> str:
+    """The `model` label of request metrics: the served model's name, so the label stays bounded
+    whatever a client asks for ("" while no model is loaded yet)."""
+    return bundle.name if bundle is not None else ""
 
 
-async def observe(metrics: Metrics, rpc: str, context, work):
+def begin(metrics: Metrics) -> float:
+    """Count a request in flight; returns its start time. Every begin() needs one record()."""
+    metrics.inflight_requests.inc()
+    return time.perf_counter()
+
+
+def record(metrics: Metrics, rpc: str, model: str, code: grpc.StatusCode, started: float) -> None:
+    metrics.inflight_requests.dec()
+    metrics.requests.labels(rpc, model, code.name).inc()
+    metrics.request_seconds.labels(rpc, model, code.name).observe(time.perf_counter() - started)
+
+
+async def observe(metrics: Metrics, rpc: str, model: str, context, work):
     """Await one RPC's work: record its metrics and turn a domain error into its status code.
 
     Shared by every service on the server so that all map errors and label metrics alike.
     """
-    started = time.perf_counter()
+    started = begin(metrics)
     code = grpc.StatusCode.OK
     try:
         return await work
@@ -59,7 +74,7 @@ async def observe(metrics: Metrics, rpc: str, context, work):
     except Exception as e:  # keep serving
         code, message = status_of(e, rpc)
     finally:
-        record(metrics, rpc, code, started)
+        record(metrics, rpc, model, code, started)
     await context.abort(code, message)
 
 
@@ -75,7 +90,7 @@ class TransducerServicer:
         self.batcher, self.bundle = batcher, bundle
 
     async def Transduce(self, raw: bytes, context: grpc.aio.ServicerContext) -> pb.TransduceResponse:
-        return await observe(self.metrics, "Transduce", context, self._transduce(raw))
+        return await observe(self.metrics, "Transduce", model_label(self.bundle), context, self._transduce(raw))
 
     async def TransduceStream(self, raw_requests, context: grpc.aio.ServicerContext):
         """Every request message is decoded concurrently; responses go out as they finish.
@@ -85,13 +100,17 @@ class TransducerServicer:
         done: asyncio.Queue[pb.TransduceResponse | None] = asyncio.Queue()
 
         async def one(raw: bytes) -> None:
-            started, code = time.perf_counter(), grpc.StatusCode.OK
+            started, code = begin(self.metrics), grpc.StatusCode.OK
             try:
                 response = await self._transduce(raw)
+            except asyncio.CancelledError:  # the client went away; still leave the in-flight count
+                code = grpc.StatusCode.CANCELLED
+                raise
             except Exception as e:
                 code, message = status_of(e, "TransduceStream")
                 response = convert.to_error_response(code.name, message, convert.request_id_of(raw))
-            record(self.metrics, "TransduceStream", code, started)
+            finally:
+                record(self.metrics, "TransduceStream", model_label(self.bundle), code, started)
             await done.put(response)
 
         tasks: set[asyncio.Task] = set()
@@ -112,9 +131,11 @@ class TransducerServicer:
                 task.cancel()
 
     async def GetModelInfo(self, request: pb.GetModelInfoRequest, context) -> pb.ModelInfo:
-        return await observe(self.metrics, "GetModelInfo", context, self._model_info())
+        return await observe(self.metrics, "GetModelInfo", model_label(self.bundle), context, self._model_info())
 
     async def _transduce(self, raw: bytes) -> pb.TransduceResponse:
+        # No await between picking the batcher and enqueuing on it: a hot reload (service/models.py)
+        # swaps batchers between two event-loop steps, so each call lands wholly on one version.
         batcher, bundle = self._ready()
         call = convert.parse_transduce(raw, self.limits, bundle.name, bundle.version)
         results = await batcher.transduce(call.texts, call.options)

@@ -27,7 +27,7 @@ class FakeEngine:
     def tokenize(self, text):
         return list(text.strip())
 
-    def decode(self, sources, max_output_lens=None):
+    def decode(self, sources, max_output_lens=None, top_k=None):
         self.gate.wait(5)
         words = ["".join(s) for s in sources]
         self.batches.append(words)
@@ -153,7 +153,7 @@ class StepEngine:
     def limit(self, max_output_len):
         return min(max_output_len or self.cfg.max_output_len, self.cfg.max_output_len)
 
-    def encode(self, sources):
+    def encode(self, sources, top_k=None):
         B, S = len(sources), max(len(s) for s in sources)
         enc = np.zeros((B, S, 1), dtype=np.float32)
         pad = np.ones((B, S), dtype=bool)
@@ -176,7 +176,7 @@ class StepEngine:
         attn = np.where(run.pad_mask, 0.0, 1.0 / lengths[:, None]).astype(np.float32)
         return log_probs, attn, Running(run.y_prev, {"feed": run.state["feed"] + 1}, run.enc_out, run.keys, run.pad_mask)
 
-    def result(self, src_tokens, ids, attn, score):
+    def result(self, src_tokens, ids, attn, score, self_attn=None):
         out = [i for i in ids if i != EOS]
         return Decoded(src_tokens=list(src_tokens), output_ids=out, output_tokens=[chr(i) for i in out], score=score,
                        attn=attn, finished=bool(ids) and ids[-1] == EOS)

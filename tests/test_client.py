@@ -1,7 +1,11 @@
 """attnserve-client without a model server: hand-built Results and an in-process fake servicer."""
+import io
 import json
+import re
 import subprocess
 import sys
+import threading
+import time
 from concurrent import futures
 
 import grpc
@@ -144,3 +148,123 @@ def test_main_grpc_errors(fake_server, capsys):
     assert client.main(["info", "--server", "localhost:1", "--timeout-s", "5"]) == 1
     err = capsys.readouterr().err
     assert err.startswith("error: UNAVAILABLE: ") and "Traceback" not in err
+
+
+# ------------------------------------------------------- beam search and bulk --
+
+class EchoTransducer(attnserve_pb2_grpc.TransducerServicer):
+    """Output = the input upper-cased, with n_best hypotheses; a call holding a `slow` input answers late."""
+
+    def __init__(self):
+        self.requests = []
+        self.slow: set[str] = set()
+        self.lock = threading.Lock()
+
+    def Transduce(self, request, context):
+        with self.lock:
+            self.requests.append(request)
+        if "BAD" in request.inputs:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "inputs[0] is bad")
+        if self.slow & set(request.inputs):
+            time.sleep(0.3)  # later calls overtake it: the client must still print in input order
+        n = max(1, request.options.n_best)
+        results = []
+        for text in request.inputs:
+            hyps = [attnserve_pb2.Result(output_tokens=[text.upper()], output_text=f"{text.upper()}{'*' * k}",
+                                         log_prob=-0.5 * (k + 1), score=-1.0 * (k + 1), finished=True)
+                    for k in range(n)]
+            hyps[0].alternatives.extend(hyps[1:])
+            results.append(hyps[0])
+        return attnserve_pb2.TransduceResponse(results=results, model_name="echo", model_version="1")
+
+
+@pytest.fixture
+def echo_server():
+    fake = EchoTransducer()
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+    attnserve_pb2_grpc.add_TransducerServicer_to_server(fake, server)
+    port = server.add_insecure_port("localhost:0")
+    server.start()
+    yield f"localhost:{port}", fake
+    server.stop(None)
+
+
+def test_beam_and_n_best_print_every_hypothesis_with_its_score(echo_server, capsys):
+    address, fake = echo_server
+    assert client.main(["phonemes", "knight", "--server", address, "--beam", "4", "--n-best", "3"]) == 0
+    opts = fake.requests[-1].options
+    assert (opts.beam_size, opts.n_best) == (4, 3)
+    out = capsys.readouterr().out
+    for rank, text, score in [(1, "KNIGHT", "-1.0000"), (2, "KNIGHT*", "-2.0000"), (3, "KNIGHT**", "-3.0000")]:
+        assert re.search(rf"^\s+{rank}\. {re.escape(text)}\s+score {score}", out, re.M), out
+    # --n-best alone widens the beam to K; JSON carries the alternatives with their scores.
+    assert client.main(["phonemes", "knight", "--server", address, "--n-best", "2", "--json"]) == 0
+    assert (fake.requests[-1].options.beam_size, fake.requests[-1].options.n_best) == (2, 2)
+    (result,) = json.loads(capsys.readouterr().out)["results"]
+    assert result["score"] == -1.0
+    assert [(a["output_text"], a["score"]) for a in result["alternatives"]] == [("KNIGHT*", -2.0)]
+    # Greedy by default.
+    assert client.main(["phonemes", "knight", "--server", address]) == 0
+    assert (fake.requests[-1].options.beam_size, fake.requests[-1].options.n_best) == (1, 1)
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--beam", "2", "--n-best", "3", "x"], "--n-best 3 needs --beam 3"),
+    (["--beam", "0", "x"], "must be >= 1"),
+    (["x", "--file", "words.txt"], "not both"),
+    ([], "no inputs"),
+    (["--file", "words.txt", "--png", "a.png"], "--png"),
+])
+def test_argument_errors(argv, message, capsys):
+    with pytest.raises(SystemExit) as e:
+        client.main(["phonemes", *argv])
+    assert e.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_bulk_file_sends_batches_and_prints_tsv_in_input_order(echo_server, capsys, tmp_path):
+    address, fake = echo_server
+    words = [f"w{i:03d}" for i in range(150)]
+    path = tmp_path / "words.txt"
+    path.write_text("\n".join(words[:70]) + "\n\n  \n" + "\n".join(f" {w} " for w in words[70:]) + "\n")
+    fake.slow = {words[0]}
+    assert client.main(["phonemes", "--file", str(path), "--server", address, "--batch-size", "64"]) == 0
+    # Calls in flight together reach the server in any order.
+    assert sorted(list(r.inputs) for r in fake.requests) == [words[:64], words[64:128], words[128:]]
+    assert all(not r.options.return_attention for r in fake.requests)  # bulk output has no attention
+    assert capsys.readouterr().out.splitlines() == [f"{w}\t{w.upper()}" for w in words]
+
+
+def test_bulk_stdin_json_lines_and_n_best_tsv(echo_server, capsys, monkeypatch):
+    address, _ = echo_server
+    monkeypatch.setattr("sys.stdin", io.StringIO("alpha\nbeta\n"))
+    assert client.main(["phonemes", "-", "--server", address, "--json"]) == 0
+    docs = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [(d["input"], d["output_text"]) for d in docs] == [("alpha", "ALPHA"), ("beta", "BETA")]
+    monkeypatch.setattr("sys.stdin", io.StringIO("alpha\nbeta\n"))
+    assert client.main(["phonemes", "--file", "-", "--n-best", "2", "--server", address]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "alpha\tALPHA\t-1.0000", "alpha\tALPHA*\t-2.0000", "beta\tBETA\t-1.0000", "beta\tBETA*\t-2.0000"]
+
+
+def test_bulk_error_stops_with_the_status(echo_server, capsys, tmp_path):
+    address, _ = echo_server
+    path = tmp_path / "words.txt"
+    path.write_text("ok\nBAD\n")
+    assert client.main(["phonemes", "--file", str(path), "--server", address, "--batch-size", "1"]) == 1
+    captured = capsys.readouterr()
+    assert captured.out.splitlines() == ["ok\tOK"]
+    assert captured.err.strip() == "error: INVALID_ARGUMENT: inputs[0] is bad"
+    assert client.main(["phonemes", "--file", str(tmp_path / "missing.txt"), "--server", address]) == 1
+    assert "No such file" in capsys.readouterr().err
+
+
+def test_bulk_progress_bar_on_a_terminal(echo_server):
+    address, _ = echo_server
+    console = Console(file=io.StringIO(), force_terminal=True, width=100)
+    options = attnserve_pb2.DecodeOptions(return_attention=False)
+    with grpc.insecure_channel(address) as channel:
+        pairs = list(client.transduce_bulk(attnserve_pb2_grpc.TransducerStub(channel), ["a", "b", "c"], options,
+                                           batch_size=2, console=console))
+    assert [(w, r.output_text) for w, r in pairs] == [("a", "A"), ("b", "B"), ("c", "C")]
+    screen = console.file.getvalue()
+    assert "transducing" in screen and "3/3" in screen

@@ -30,3 +30,18 @@ def test_bad_values_name_the_field(capsys):
         ServerConfig(port=70000)
     with pytest.raises(ValueError, match="max_output_len"):
         EngineConfig(max_output_len=0)
+
+
+def test_model_version_poll_and_security_settings_are_flags_and_env(tmp_path):
+    from service.config import RepositoryConfig
+
+    cert = tmp_path / "cert.pem"
+    cert.write_text("x")
+    env = {"ATTNSERVE_MODEL_POLL_S": "2.5", "ATTNSERVE_TLS_KEY_FILE": str(cert)}
+    cfg = parse_config(["--model-version", "3", "--tls-cert-file", str(cert)], env)
+    assert cfg.repository == RepositoryConfig(model_version="3", model_poll_s=2.5)
+    assert cfg.server.tls_cert_file == cfg.server.tls_key_file == str(cert)
+    with pytest.raises(ValueError, match="model_version must be a version directory name .* got '../x'"):
+        RepositoryConfig(model_version="../x")
+    with pytest.raises(ValueError, match="model_poll_s must be >= 0 .* got -1"):
+        RepositoryConfig(model_poll_s=-1)

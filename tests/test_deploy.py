@@ -47,6 +47,10 @@ ALLOWED_METRICS = {
     "attnserve_batch_size_sum",
     "attnserve_batch_size_count",
     "attnserve_queue_depth",
+    "attnserve_queue_wait_seconds_bucket",
+    "attnserve_inflight_requests",
+    "attnserve_generated_tokens_total",
+    "attnserve_decode_steps_total",
 }
 
 

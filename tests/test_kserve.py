@@ -80,6 +80,21 @@ async def test_live_ready_and_metadata(triton):
     assert failed.status == "StatusCode.NOT_FOUND" and "nope" in failed.message
 
 
+async def test_triton_model_config_matches_the_metadata(triton):
+    # perf_analyzer reads this first; Triton's field names and numbers, decoded by the stock client.
+    config = await triton(triton_calls.model_config, "tiny")
+    assert config["name"] == "tiny" and config["platform"] == "onnxruntime"
+    assert config.get("max_batch_size", 0) == 0  # proto3 JSON leaves a zero out
+    assert config["input"] == [{"name": "TEXT", "data_type": "TYPE_STRING", "dims": ["-1"]}]
+    assert [(o["name"], o["data_type"], len(o["dims"])) for o in config["output"]] == [
+        ("OUTPUT", "TYPE_STRING", 1), ("SCORE", "TYPE_FP32", 1), ("ATTENTION", "TYPE_FP32", 3),
+        ("OUTPUT_LENGTH", "TYPE_INT32", 1), ("INPUT_LENGTH", "TYPE_INT32", 1)]
+    assert (await triton(triton_calls.model_config, "tiny", "1"))["name"] == "tiny"
+    for args in (("nope",), ("tiny", "7")):
+        failed = await triton(triton_calls.model_config, *args)
+        assert failed.status == "StatusCode.NOT_FOUND", failed
+
+
 async def test_infer_matches_the_native_api(triton, channel):
     out = await triton(triton_calls.infer, "tiny", words(*WORDS))
     native = await pbg.TransducerStub(channel).Transduce(pb.TransduceRequest(inputs=WORDS))
@@ -171,8 +186,8 @@ async def test_metrics_reflection_and_not_ready(server, channel, tiny_bundle):
     with pytest.raises(grpc.aio.AioRpcError):
         await stub.ModelInfer(_request(texts=[b""]))
     samples = metric_samples(server, "attnserve_requests")
-    assert samples[("attnserve_requests_total", (("code", "OK"), ("rpc", "ModelInfer")))] >= 1
-    assert samples[("attnserve_requests_total", (("code", "INVALID_ARGUMENT"), ("rpc", "ModelInfer")))] >= 1
+    assert samples[("attnserve_requests_total", (("code", "OK"), ("model", "tiny"), ("rpc", "ModelInfer")))] >= 1
+    assert samples[("attnserve_requests_total", (("code", "INVALID_ARGUMENT"), ("model", "tiny"), ("rpc", "ModelInfer")))] >= 1
 
     from grpc_reflection.v1alpha.proto_reflection_descriptor_database import ProtoReflectionDescriptorDatabase
 

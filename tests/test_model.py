@@ -2,13 +2,13 @@
 import pytest
 import torch
 
-from training.model import ModelConfig, Seq2Seq, reverse_padded
+from training.model import ModelConfig, Seq2Seq, keep_top_k, reverse_padded
 
 
-def tiny(cell="lstm", attention="general", bidirectional=True):
+def tiny(cell="lstm", attention="general", bidirectional=True, **kw):
     torch.manual_seed(0)
     cfg = ModelConfig(src_vocab_size=12, tgt_vocab_size=9, cell=cell, attention=attention,
-                      bidirectional=bidirectional, hidden_size=16, emb_dim=8, enc_layers=2, dropout=0.0)
+                      bidirectional=bidirectional, hidden_size=16, emb_dim=8, enc_layers=2, dropout=0.0, **kw)
     return Seq2Seq(cfg).eval()
 
 
@@ -20,7 +20,7 @@ def test_reverse_padded_reverses_within_each_length():
     assert torch.equal(reverse_padded(out, torch.tensor([4, 2])), x)
 
 
-@pytest.mark.parametrize("attention", ["dot", "general", "additive", "cosine"])
+@pytest.mark.parametrize("attention", ["dot", "scaled_dot", "general", "additive", "cosine"])
 @pytest.mark.parametrize("cell", ["rnn", "gru", "lstm"])
 def test_attention_ignores_padding_and_rows_sum_to_one(cell, attention):
     model = tiny(cell, attention)
@@ -32,14 +32,17 @@ def test_attention_ignores_padding_and_rows_sum_to_one(cell, attention):
     assert attn[1, :, 2:].abs().max() == 0  # padding gets exactly zero weight
 
 
-def test_padding_does_not_change_a_sequence_result():
-    """A word decodes the same alone and beside a longer word (bidirectional encoder included)."""
-    model = tiny()
+@pytest.mark.parametrize("kw", [{}, {"self_attention_heads": 4}, {"attention": "none", "context": "every_step"}])
+def test_padding_does_not_change_a_sequence_result(kw):
+    """A word decodes the same alone and beside a longer word (bidirectional encoder and self-attention included)."""
+    model = tiny(**kw)
     alone = model.greedy(torch.tensor([[4, 5]]), torch.tensor([2]), max_len=6)
     padded = model.greedy(torch.tensor([[4, 5, 0, 0], [6, 7, 8, 9]]), torch.tensor([2, 4]), max_len=6)
     n = int(alone[1][0])
     assert alone[0][0, :n].tolist() == padded[0][0, :n].tolist()
-    assert torch.allclose(alone[3][0, :n, :2], padded[3][0, :n, :2], atol=1e-5)
+    assert torch.allclose(alone[2][0], padded[2][0], atol=1e-5)  # the score
+    if alone[3] is not None:
+        assert torch.allclose(alone[3][0, :n, :2], padded[3][0, :n, :2], atol=1e-5)
 
 
 def test_config_errors_name_the_bad_value():
@@ -47,3 +50,36 @@ def test_config_errors_name_the_bad_value():
         ModelConfig(src_vocab_size=5, tgt_vocab_size=5, attention="bogus")
     with pytest.raises(ValueError, match="hidden_size must be even"):
         ModelConfig(src_vocab_size=5, tgt_vocab_size=5, hidden_size=15)
+    with pytest.raises(ValueError, match="context 'every_step' is for attention 'none'.*'general'"):
+        ModelConfig(src_vocab_size=5, tgt_vocab_size=5, context="every_step")
+    with pytest.raises(ValueError, match="context must be one of.*'always'"):
+        ModelConfig(src_vocab_size=5, tgt_vocab_size=5, attention="none", context="always")
+    with pytest.raises(ValueError, match="divide hidden_size .*got 3"):
+        ModelConfig(src_vocab_size=5, tgt_vocab_size=5, self_attention_heads=3)
+    with pytest.raises(ValueError, match="self_attention_heads needs attention"):
+        ModelConfig(src_vocab_size=5, tgt_vocab_size=5, attention="none", self_attention_heads=2)
+
+
+def test_scaled_dot_is_dot_over_sqrt_h():
+    dot, scaled = tiny(attention="dot"), tiny(attention="scaled_dot")
+    src, src_len = torch.tensor([[4, 5, 6]]), torch.tensor([3])
+    assert torch.allclose(scaled.encode(src, src_len).keys, dot.encode(src, src_len).keys / 4.0)  # sqrt(16)
+
+
+@pytest.mark.parametrize("context", ["init", "every_step"])
+def test_models_without_attention_have_no_attention_matrix(context):
+    model = tiny(attention="none", context=context)
+    assert model.decoder.attention is None
+    assert model.decoder.state_names == ["h", "c"] + (["feed"] if context == "every_step" else [])
+    tokens, out_len, score, attn = model.greedy(torch.tensor([[4, 5, 6]]), torch.tensor([3]), max_len=5)
+    assert attn is None and torch.isfinite(score).all()
+
+
+def test_keep_top_k_soft_hard_and_top_k_per_row():
+    attn = torch.tensor([[0.1, 0.6, 0.3, 0.0], [0.1, 0.6, 0.3, 0.0], [0.1, 0.6, 0.3, 0.0], [0.4, 0.4, 0.2, 0.0]])
+    out = keep_top_k(attn, torch.tensor([0, 1, 2, 1]))
+    assert torch.equal(out[0], attn[0])  # soft: unchanged, bit for bit
+    assert out[1].tolist() == [0.0, 1.0, 0.0, 0.0]  # hard: one-hot on the argmax
+    assert torch.allclose(out[2], torch.tensor([0.0, 2 / 3, 1 / 3, 0.0]))  # top-2, renormalised
+    assert torch.allclose(out[3], torch.tensor([0.5, 0.5, 0.0, 0.0]))  # a tie at the top shares it
+    assert keep_top_k(attn[:1], torch.tensor([9]))[0].tolist() == pytest.approx(attn[0].tolist())  # k > S: all

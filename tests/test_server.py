@@ -127,15 +127,51 @@ async def test_model_info(stub):
     assert '"attention": "general"' in info.config_json
 
 
-async def test_request_metrics_by_rpc_and_code(server, stub):
+async def test_request_metrics_by_rpc_model_and_code(server, stub):
     with pytest.raises(grpc.aio.AioRpcError):
         await stub.Transduce(pb.TransduceRequest())
+    with pytest.raises(grpc.aio.AioRpcError):
+        await stub.Transduce(pb.TransduceRequest(inputs=["a"], model_name="nope"))
     await stub.Transduce(pb.TransduceRequest(inputs=["ok"]))
     samples = metric_samples(server, "attnserve_request")
-    assert samples[("attnserve_requests_total", (("code", "INVALID_ARGUMENT"), ("rpc", "Transduce")))] >= 1
-    assert samples[("attnserve_requests_total", (("code", "OK"), ("rpc", "Transduce")))] >= 1
-    assert samples[("attnserve_request_duration_seconds_count", (("code", "OK"), ("rpc", "Transduce")))] >= 1
+    labels = lambda code, rpc="Transduce": (("code", code), ("model", "tiny"), ("rpc", rpc))  # noqa: E731
+    assert samples[("attnserve_requests_total", labels("INVALID_ARGUMENT"))] >= 1
+    assert samples[("attnserve_requests_total", labels("OK"))] >= 1
+    assert samples[("attnserve_request_duration_seconds_count", labels("OK"))] >= 1
+    # The label is the served model's name, never the client's string: the label set stays bounded.
+    assert samples[("attnserve_requests_total", labels("NOT_FOUND"))] >= 1
+    assert not any(dict(lbl).get("model") == "nope" for _, lbl in samples)
     assert ("attnserve_queue_depth", ()) in metric_samples(server, "attnserve_queue")
+    assert metric_samples(server, "attnserve_inflight_requests") == {("attnserve_inflight_requests", ()): 0}
+
+
+async def test_inflight_gauge_counts_requests_being_handled():
+    from service.metrics import Metrics
+    from service.servicer import observe
+
+    metrics = Metrics()
+    inflight = lambda: metrics.registry.get_sample_value("attnserve_inflight_requests")  # noqa: E731
+    release = asyncio.Event()
+
+    async def work():
+        await release.wait()
+        return "done"
+
+    calls = [asyncio.create_task(observe(metrics, "Transduce", "m", None, work())) for _ in range(3)]
+    await asyncio.sleep(0.01)
+    assert inflight() == 3
+    release.set()
+    assert await asyncio.gather(*calls) == ["done"] * 3
+    assert inflight() == 0
+    cancelled = asyncio.create_task(observe(metrics, "Transduce", "m", None, asyncio.sleep(60)))
+    await asyncio.sleep(0.01)
+    assert inflight() == 1
+    cancelled.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await cancelled
+    assert inflight() == 0
+    assert metrics.registry.get_sample_value(
+        "attnserve_requests_total", {"rpc": "Transduce", "model": "m", "code": "CANCELLED"}) == 1
 
 
 async def test_reflection_lists_the_services(server):
@@ -211,7 +247,7 @@ async def test_bad_decode_options_are_invalid_argument(stub, options, field):
     assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT and field in e.value.details()
 
 
-async def test_streaming_pipelines_many_requests_over_one_call(stub):
+async def test_streaming_pipelines_many_requests_over_one_call(server, stub):
     words = [f"stream{chr(97 + i % 26)}" for i in range(40)]
 
     async def requests():
@@ -227,3 +263,24 @@ async def test_streaming_pipelines_many_requests_over_one_call(stub):
     for i in range(3):
         assert by_id[str(i)].results[0].output_tokens == unary.results[i].output_tokens
         assert not by_id[str(i)].HasField("error")
+    # One request per message, and none left in flight once the stream is done.
+    samples = metric_samples(server, "attnserve_")
+    stream = (("code", "OK"), ("model", "tiny"), ("rpc", "TransduceStream"))
+    assert samples[("attnserve_requests_total", stream)] >= 40
+    assert samples[("attnserve_inflight_requests", ())] == 0
+
+
+async def test_evaluation_through_the_server_matches_the_manifest(server, capsys):
+    """`attnserve-eval --server` scores the served model; greedy serving equals the export's ONNX run."""
+    import json as _json
+
+    from service.bundle import load_bundle
+    from training import evaluate
+
+    addr = f"127.0.0.1:{server.port}"
+    await asyncio.to_thread(evaluate.main, ["--server", addr, "--split", "test", "--batch", "8"])
+    report = _json.loads(capsys.readouterr().out)
+    manifest = load_bundle(server.cfg.model_dir).manifest
+    assert report["words"] == manifest["metrics"]["test"]["words"]
+    assert report["wer"] == pytest.approx(manifest["metrics"]["test"]["wer"], abs=1e-4)
+    assert report["per"] == pytest.approx(manifest["metrics"]["test"]["per"], abs=1e-4)

@@ -54,6 +54,17 @@ def metadata(url: str, model: str, version: str = "") -> dict | Failed:
             return _failed(e)
 
 
+def model_config(url: str, model: str, version: str = "") -> dict | Failed:
+    """Triton's ModelConfig extension, as tritonclient (and so perf_analyzer) parses it."""
+    from tritonclient.utils import InferenceServerException
+
+    with _client(url) as c:
+        try:
+            return c.get_model_config(model, version, as_json=True)["config"]
+        except InferenceServerException as e:
+            return _failed(e)
+
+
 def infer(url: str, model: str, data: np.ndarray, datatype: str = "BYTES", outputs: list[str] | None = None,
           parameters: dict | None = None, version: str = "") -> dict | Failed:
     """TEXT = data; returns {output name: array} for every output the server sent, plus "_id"."""

@@ -26,45 +26,65 @@ import torch.nn as nn
 
 from training.data import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Vocab, load_cmudict, load_tsv, references
 from training.metrics import score
-from training.model import ModelConfig, Seq2Seq
+from training.model import DecoderState, ModelConfig, Seq2Seq
 from training.train import collate
 
 OPSET = 17
 
 
+def encoder_outputs(model: Seq2Seq) -> list[str]:
+    """The encoder graph's outputs: what the decoder steps read, then the self-attention weights.
+
+    Without attention the decoder never reads enc_out or keys; pad_mask still travels,
+    for the engine to know each source's length when it trims a batch.
+    """
+    source = ["enc_out", "keys", "pad_mask"] if model.decoder.has_attention else ["pad_mask"]
+    return source + model.decoder.state_names + (["self_attn"] if model.cfg.self_attention_heads else [])
+
+
+def decoder_inputs(model: Seq2Seq) -> list[str]:
+    """The decoder-step graph's inputs. `top_k` (B,) is each row's attention mode at inference:
+    an input of the one graph, rather than one exported graph per mode, so that rows decoding
+    soft, hard and top-k share a continuous batch and parity covers every mode."""
+    source = ["enc_out", "keys", "pad_mask", "top_k"] if model.decoder.has_attention else []
+    return ["y_prev", *model.decoder.state_names, *source]
+
+
+def decoder_outputs(model: Seq2Seq) -> list[str]:
+    """log_probs, the next state and, with attention only, `attn`: a model without attention has none."""
+    return ["log_probs", *[f"{n}_next" for n in model.decoder.state_names]] + (
+        ["attn"] if model.decoder.has_attention else [])
+
+
 class EncoderGraph(nn.Module):
-    """(src, src_len) -> enc_out, keys, pad_mask and the decoder's initial state."""
+    """(src, src_len) -> the outputs named by encoder_outputs()."""
 
     def __init__(self, model: Seq2Seq):
         super().__init__()
         self.model = model
+        self.names = encoder_outputs(model)
 
     def forward(self, src, src_len):
-        enc_out, keys, pad_mask, state = self.model.encode(src, src_len)
-        if state.c is None:
-            return enc_out, keys, pad_mask, state.h, state.feed
-        return enc_out, keys, pad_mask, state.h, state.c, state.feed
+        enc = self.model.encode(src, src_len)
+        values = {**enc._asdict(), **enc.state._asdict()}
+        return tuple(values[n] for n in self.names)
 
 
 class DecoderStepGraph(nn.Module):
-    """One decoder step: (y_prev, state, enc_out, keys, pad_mask) -> log_probs, next state, attn."""
+    """One decoder step: the inputs named by decoder_inputs() -> those named by decoder_outputs()."""
 
     def __init__(self, model: Seq2Seq):
         super().__init__()
         self.decoder = model.decoder
+        self.names = decoder_inputs(model)
 
-    def forward(self, y_prev, h, *rest):
-        from training.model import DecoderState
-
-        if self.decoder.is_lstm:
-            c, feed, enc_out, keys, pad_mask = rest
-        else:
-            (feed, enc_out, keys, pad_mask), c = rest, None
-        state, attn = self.decoder.step(y_prev, DecoderState(h, c, feed), enc_out, keys, pad_mask)
-        log_probs = self.decoder.log_probs(state.feed)  # (B, V)
-        if state.c is None:
-            return log_probs, state.h, state.feed, attn
-        return log_probs, state.h, state.c, state.feed, attn
+    def forward(self, *inputs):
+        x = dict(zip(self.names, inputs))
+        state = DecoderState(x["h"], x.get("c"), x.get("feed"))
+        state, out, attn = self.decoder.step(x["y_prev"], state, x.get("enc_out"), x.get("keys"),
+                                             x.get("pad_mask"), x.get("top_k"))
+        next_state = [getattr(state, n) for n in self.decoder.state_names]
+        return (self.decoder.log_probs(out), *next_state) + ((attn,) if attn is not None else ())
 
 
 def load_checkpoint(path: Path) -> tuple[Seq2Seq, dict]:
@@ -77,53 +97,59 @@ def load_checkpoint(path: Path) -> tuple[Seq2Seq, dict]:
 
 def export_graphs(model: Seq2Seq, out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
-    lstm = model.cfg.cell == "lstm"
-    state = ["h", "c", "feed"] if lstm else ["h", "feed"]
     # Example sizes chosen to differ from anything the tests use, so a frozen axis shows.
     B, S = 3, 7
     src = torch.randint(4, model.cfg.src_vocab_size, (B, S))
     src_len = torch.tensor([7, 5, 2])
     batch, source = {0: "batch"}, {0: "batch", 1: "src_time"}
-    state_axes = {"h": {1: "batch"}, "c": {1: "batch"}, "feed": {0: "batch"}}
+    axes = {"src": source, "src_len": batch, "enc_out": source, "keys": source, "pad_mask": source,
+            "self_attn": {0: "batch", 2: "src_time", 3: "src_time"}, "h": {1: "batch"}, "c": {1: "batch"},
+            "feed": batch, "y_prev": batch, "top_k": batch, "log_probs": batch, "attn": source}
+    axes.update({f"{n}_next": axes[n] for n in ("h", "c", "feed")})
+    enc_names, in_names, out_names = encoder_outputs(model), decoder_inputs(model), decoder_outputs(model)
     # Wrappers in eval mode: the exporter restores each wrapper's mode afterwards,
     # and a fresh nn.Module is in training mode (dropout on) by default.
     torch.onnx.export(
         EncoderGraph(model).eval(), (src, src_len), str(out / "encoder.onnx"), dynamo=False, opset_version=OPSET,
-        input_names=["src", "src_len"], output_names=["enc_out", "keys", "pad_mask", *state],
-        dynamic_axes={"src": source, "src_len": batch, "enc_out": source, "keys": source, "pad_mask": source,
-                      **{n: state_axes[n] for n in state}})
+        input_names=["src", "src_len"], output_names=enc_names,
+        dynamic_axes={n: axes[n] for n in ["src", "src_len", *enc_names]})
     with torch.no_grad():
-        enc_out, keys, pad_mask, init = model.encode(src, src_len)
-    init_tensors = [init.h, init.c, init.feed] if lstm else [init.h, init.feed]
-    y_prev = torch.full((B,), BOS_ID, dtype=torch.long)
+        enc = model.encode(src, src_len)
+    example = {**enc._asdict(), **enc.state._asdict(), "y_prev": torch.full((B,), BOS_ID, dtype=torch.long),
+               "top_k": torch.tensor([0, 1, 2])}  # soft, hard, top-2: one graph serves every mode
     torch.onnx.export(
-        DecoderStepGraph(model).eval(), (y_prev, *init_tensors, enc_out, keys, pad_mask), str(out / "decoder_step.onnx"),
-        dynamo=False, opset_version=OPSET,
-        input_names=["y_prev", *state, "enc_out", "keys", "pad_mask"],
-        output_names=["log_probs", *[f"{n}_next" for n in state], "attn"],
-        dynamic_axes={"y_prev": batch, **{n: state_axes[n] for n in state}, "enc_out": source, "keys": source,
-                      "pad_mask": source, "log_probs": batch, "attn": source,
-                      **{f"{n}_next": state_axes[n] for n in state}})
+        DecoderStepGraph(model).eval(), tuple(example[n] for n in in_names), str(out / "decoder_step.onnx"),
+        dynamo=False, opset_version=OPSET, input_names=in_names, output_names=out_names,
+        dynamic_axes={n: axes[n] for n in in_names + out_names})
 
 
 def parity(model: Seq2Seq, engine, sources: list[tuple[str, ...]], src_vocab: Vocab, max_len: int,
-           batch_size: int = 256) -> dict:
-    """Greedy outputs of PyTorch and of the ONNX engine on the same batches."""
+           batch_size: int = 256, top_k: int = 0) -> dict:
+    """Greedy outputs of PyTorch and of the ONNX engine on the same batches, with attention mode top_k
+    (0 soft, 1 hard, k top-k). max_attn_abs_diff covers the decoder's attention and, when the model
+    has it, the encoder's self-attention."""
     model.eval()
     mismatches, max_diff = 0, 0.0
     ordered = sorted(sources, key=len)
     for i in range(0, len(ordered), batch_size):
         chunk = [list(s) for s in ordered[i:i + batch_size]]
         src, src_len, _, _ = collate([(src_vocab.encode(s), []) for s in chunk])
-        tokens, out_len, _, attn = model.greedy(src, src_len, max_len)
-        onnx_out = engine.decode(chunk, [max_len] * len(chunk))
+        modes = torch.full((len(chunk),), top_k, dtype=torch.long)
+        tokens, out_len, _, attn = model.greedy(src, src_len, max_len, top_k=modes)
+        with torch.no_grad():
+            self_attn = model.encode(src, src_len).self_attn  # (B, heads, S, S) or None
+        onnx_out = engine.decode(chunk, [max_len] * len(chunk), top_k=[top_k] * len(chunk))
         for b, d in enumerate(onnx_out):
-            n = int(out_len[b])
+            n, S = int(out_len[b]), len(chunk[b])
             ref = [t for t in tokens[b, :n].tolist() if t != EOS_ID]
-            if ref != d.output_ids or d.attn.shape != (n, len(chunk[b])):
+            if ref != d.output_ids or (attn is None) != (d.attn is None) or (
+                    attn is not None and d.attn.shape != (n, S)):
                 mismatches += 1
                 continue
-            max_diff = max(max_diff, float(np.abs(attn[b, :n, :len(chunk[b])].numpy() - d.attn).max()))
+            if attn is not None:
+                max_diff = max(max_diff, float(np.abs(attn[b, :n, :S].numpy() - d.attn).max()))
+            if self_attn is not None:
+                max_diff = max(max_diff, float(np.abs(self_attn[b, :, :S, :S].numpy() - d.self_attn).max()))
     return {"words": len(sources), "output_mismatches": mismatches, "max_attn_abs_diff": max_diff}
 
 
@@ -165,6 +191,10 @@ def build_bundle(checkpoint: Path, out: Path, name: str, version: str, parity_wo
         "training": {"epochs": len(ckpt["history"]), "best_epoch": ckpt["epoch"], "history": ckpt["history"],
                      "minutes": ckpt["history"][-1]["minutes"] if ckpt["history"] else 0.0},
         "parameters": sum(p.numel() for p in model.parameters()),
+        # What the API reports (ModelInfo): a model without attention returns no attention matrix.
+        "has_attention": model.decoder.has_attention,
+        "attention_modes": ["soft", "hard", "topk"] if model.decoder.has_attention else [],
+        "self_attention_heads": model.cfg.self_attention_heads,
         "opset": OPSET,
         "versions": {"torch": torch.__version__, "onnx": onnx.__version__, "onnxruntime": onnxruntime.__version__,
                      "python": platform.python_version()},
@@ -176,6 +206,9 @@ def build_bundle(checkpoint: Path, out: Path, name: str, version: str, parity_wo
     dev_refs = references(splits["dev"])
     par = parity(model, engine, sorted(dev_refs)[:parity_words], src_vocab, max_len)
     manifest["parity"] = {**par, "split": "dev", "attn_tolerance": 1e-4}
+    if model.decoder.has_attention:  # hard attention, the other path through keep_top_k, on fewer words
+        manifest["parity"]["hard"] = parity(model, engine, sorted(dev_refs)[:parity_words // 4], src_vocab,
+                                            max_len, top_k=1)
     manifest["metrics"] = {"dev": evaluate_engine(engine, dev_refs), "measured_with": "onnxruntime, greedy"}
     if splits["test"]:
         manifest["metrics"]["test"] = evaluate_engine(engine, references(splits["test"]))
@@ -194,8 +227,13 @@ def main(argv=None):
     manifest = build_bundle(args.checkpoint, args.out, name, args.out.name, args.parity_words)
     par = manifest["parity"]
     print(json.dumps({"parity": par, "metrics": manifest["metrics"]}, indent=2))
-    if par["output_mismatches"] or par["max_attn_abs_diff"] > 1e-4:
+    if not parity_ok(par):
         raise SystemExit(f"parity check FAILED: {par}")
+
+
+def parity_ok(par: dict) -> bool:
+    """Outputs equal and attention within tolerance, in every attention mode checked."""
+    return all(p["output_mismatches"] == 0 and p["max_attn_abs_diff"] <= 1e-4 for p in [par, par.get("hard", par)])
 
 
 if __name__ == "__main__":

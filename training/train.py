@@ -6,6 +6,12 @@
 Teacher forcing, Adam, gradient clipping, length-bucketed batches, dev-set early
 stopping on WER. The best checkpoint (`best.pt`) holds the model config, the
 vocabularies and a description of the data, so export needs nothing else.
+
+Data-parallel on several processes (gloo on CPU, nccl on GPU; see training/distributed.py):
+
+    torchrun --standalone --nproc_per_node=2 -m training.train --corpus cmudict --out runs/g2p --threads 1
+
+Each rank takes batch_size sources per step, so a step sees world_size * batch_size.
 """
 from __future__ import annotations
 
@@ -25,6 +31,8 @@ from training.data import (BOS_ID, EOS_ID, PAD_ID, CMUDICT_FILTER_RULE, SPLIT_RU
                            load_cmudict, load_tsv, references)
 from training.metrics import score
 from training.model import ModelConfig, Seq2Seq
+from training.plots import plot_history
+from training import distributed
 
 
 @dataclass(frozen=True)
@@ -38,10 +46,12 @@ class TrainConfig:
     label_smoothing: float = 0.1
     max_epochs: int = 40
     patience_epochs: int = 4  # stop after this many epochs without a better dev WER
-    max_minutes: float = 0.0  # wall-clock budget, 0 = none
+    max_minutes: float = 0.0  # wall-clock budget, 0 = none; checked after each epoch...
+    stop_mid_epoch: bool = False  # ...and after each step (report.py: an equal budget for every variant)
     max_output_len: int = 40
     seed: int = 1
     threads: int = 0  # torch intra-op threads, 0 = torch's default
+    device: str = "auto"  # auto (cuda when there is one) | cpu | cuda
 
     def __post_init__(self):
         for name in ("batch_size", "max_epochs", "patience_epochs", "max_output_len"):
@@ -49,6 +59,8 @@ class TrainConfig:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if not self.lr > 0:
             raise ValueError(f"lr must be > 0, got {self.lr}")
+        if self.device not in ("auto", "cpu", "cuda"):
+            raise ValueError(f"device must be auto, cpu or cuda, got {self.device!r}")
 
 
 def load_corpus(args) -> tuple[dict[str, list[Pair]], dict]:
@@ -97,21 +109,23 @@ def greedy_outputs(model: Seq2Seq, sources: list[tuple[str, ...]], src_vocab: Vo
                    max_len: int, batch_size: int = 512) -> dict[tuple[str, ...], list[str]]:
     """Greedy hypotheses of the PyTorch model, in batches sorted by length."""
     model.eval()
+    device = next(model.parameters()).device
     hyps = {}
     ordered = sorted(sources, key=len)
     for i in range(0, len(ordered), batch_size):
         chunk = ordered[i:i + batch_size]
         src, src_len, _, _ = collate([(src_vocab.encode(s), []) for s in chunk])
-        tokens, out_len, _, _ = model.greedy(src, src_len, max_len)
+        tokens, out_len, _, _ = model.greedy(src.to(device), src_len.to(device), max_len)
         for s, row, n in zip(chunk, tokens.tolist(), out_len.tolist()):
             hyps[s] = tgt_vocab.decode(t for t in row[:n] if t != EOS_ID)
     return hyps
 
 
 def train(model_cfg_kwargs: dict, tcfg: TrainConfig, splits, data_desc: dict, out: Path,
-          init_from: Path | None = None) -> dict:
+          init_from: Path | None = None, dist: distributed.Dist | None = None) -> dict:
+    dist = dist or distributed.Dist()
     torch.manual_seed(tcfg.seed)
-    rng = random.Random(tcfg.seed)
+    rng = random.Random(tcfg.seed)  # the same batch order on every rank
     if tcfg.threads:
         torch.set_num_threads(tcfg.threads)
     src_vocab = Vocab.build(p.src for p in splits["train"])
@@ -127,22 +141,34 @@ def train(model_cfg_kwargs: dict, tcfg: TrainConfig, splits, data_desc: dict, ou
         model.load_state_dict(ckpt["state_dict"])
         data_desc = {**data_desc, "continued_from": {"checkpoint": str(init_from), "epoch": ckpt["epoch"],
                                                      "dev_wer": ckpt["dev_wer"], "history": ckpt["history"]}}
+    model.to(dist.device)
+    # DDP averages the gradients in backward; `model` stays the plain module (checkpoints, decoding).
+    step_model = (torch.nn.parallel.DistributedDataParallel(model, device_ids=[dist.device.index]
+                                                            if dist.device.type == "cuda" else None)
+                  if dist.enabled else model)
     n_params = sum(p.numel() for p in model.parameters())
     train_ids = [(src_vocab.encode(p.src), tgt_vocab.encode(p.tgt)) for p in splits["train"]]
     dev_refs = references(splits["dev"])
     opt = torch.optim.Adam(model.parameters(), lr=tcfg.lr)
-    out.mkdir(parents=True, exist_ok=True)
+    if dist.main:
+        out.mkdir(parents=True, exist_ok=True)
     log_path = out / "history.csv"
     history, best_wer, bad_epochs, started = [], float("inf"), 0, time.time()
-    print(f"model {cfg} ({n_params:,} parameters); data {data_desc['pairs']}", flush=True)
+
+    def out_of_time() -> bool:
+        return bool(tcfg.max_minutes) and (time.time() - started) / 60 > tcfg.max_minutes
+
+    if dist.main:
+        print(f"model {cfg} ({n_params:,} parameters); data {data_desc['pairs']}; "
+              f"{dist.world_size} rank(s) on {dist.device.type}", flush=True)
     for epoch in range(1, tcfg.max_epochs + 1):
         model.train()
-        batches = make_batches(train_ids, tcfg.batch_size, rng)
-        total, count = 0.0, 0
-        bar = tqdm(batches, desc=f"epoch {epoch}", mininterval=10, ascii=True)
+        batches = distributed.shard(make_batches(train_ids, tcfg.batch_size, rng), dist)
+        total, count, stopped = 0.0, 0, False
+        bar = tqdm(batches, desc=f"epoch {epoch}", mininterval=10, ascii=True, disable=not dist.main)
         for idx in bar:
-            src, src_len, tgt_in, tgt_out = collate([train_ids[i] for i in idx])
-            logits = model(src, src_len, tgt_in)  # (B, T, V)
+            src, src_len, tgt_in, tgt_out = (t.to(dist.device) for t in collate([train_ids[i] for i in idx]))
+            logits = step_model(src, src_len, tgt_in)  # (B, T, V)
             loss = F.cross_entropy(logits.flatten(0, 1), tgt_out.flatten(), ignore_index=PAD_ID,
                                    label_smoothing=tcfg.label_smoothing)
             opt.zero_grad(set_to_none=True)
@@ -151,35 +177,59 @@ def train(model_cfg_kwargs: dict, tcfg: TrainConfig, splits, data_desc: dict, ou
             opt.step()
             total, count = total + loss.item(), count + 1
             bar.set_postfix(loss=f"{total / count:.3f}", best_dev_wer=f"{best_wer:.3f}" if history else "-", refresh=False)
-        hyps = greedy_outputs(model, list(dev_refs), src_vocab, tgt_vocab, tcfg.max_output_len)
+            if tcfg.stop_mid_epoch and distributed.any_rank(out_of_time(), dist):
+                stopped = True
+                break
+        total, count = distributed.sum_all([total, count], dist)  # the mean loss over every rank's steps
+        # Dev decoding split across ranks; every rank then scores all of it, identically.
+        shard = sorted(dev_refs)[dist.rank::dist.world_size]
+        hyps = distributed.gather_dict(
+            greedy_outputs(model, shard, src_vocab, tgt_vocab, tcfg.max_output_len), dist)
         dev = score(hyps, dev_refs)
         lr = opt.param_groups[0]["lr"]
         row = {"epoch": epoch, "train_loss": total / count, "dev_wer": dev.wer, "dev_per": dev.per,
                "lr": lr, "minutes": (time.time() - started) / 60}
         history.append(row)
-        print(json.dumps(row), flush=True)
-        with log_path.open("w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=list(row))
-            w.writeheader()
-            w.writerows(history)
+        if dist.main:
+            print(json.dumps(row), flush=True)
+            with log_path.open("w", newline="") as f:
+                w = csv.DictWriter(f, fieldnames=list(row))
+                w.writeheader()
+                w.writerows(history)
+            plot_history(history, out / "history.png")
         if dev.wer < best_wer:
             best_wer, bad_epochs = dev.wer, 0
-            torch.save({"model_config": cfg.to_dict(), "train_config": asdict(tcfg), "data": data_desc,
-                        "src_vocab": src_vocab.itos, "tgt_vocab": tgt_vocab.itos,
-                        "state_dict": model.state_dict(), "epoch": epoch, "dev_wer": dev.wer,
-                        "dev_per": dev.per, "history": history}, out / "best.pt")
+            save_checkpoint(model, cfg, tcfg, data_desc, src_vocab, tgt_vocab, epoch, dev, history, out, dist)
         else:
             bad_epochs += 1
         decay = tcfg.epoch_lr_decay * (tcfg.lr_decay if bad_epochs else 1.0)
         for g in opt.param_groups:
             g["lr"] = max(tcfg.min_lr, g["lr"] * decay)
         if bad_epochs >= tcfg.patience_epochs:
-            print(f"early stop: no dev improvement for {bad_epochs} epochs", flush=True)
+            if dist.main:
+                print(f"early stop: no dev improvement for {bad_epochs} epochs", flush=True)
             break
-        if tcfg.max_minutes and (time.time() - started) / 60 > tcfg.max_minutes:
-            print(f"stop: time budget of {tcfg.max_minutes} minutes spent", flush=True)
+        if stopped or distributed.any_rank(out_of_time(), dist):
+            if dist.main:
+                print(f"stop: time budget of {tcfg.max_minutes} minutes spent", flush=True)
             break
-    return {"best_dev_wer": best_wer, "epochs": len(history), "parameters": n_params}
+    return {"best_dev_wer": best_wer, "epochs": len(history), "parameters": n_params,
+            "minutes": (time.time() - started) / 60, "world_size": dist.world_size}
+
+
+def save_checkpoint(model, cfg, tcfg, data_desc, src_vocab, tgt_vocab, epoch, dev, history, out, dist) -> None:
+    """Rank 0 writes best.pt. Under DDP every rank first contributes a digest of its weights:
+    replicas that drifted apart (they never should) fail loudly instead of saving one of them."""
+    digests = distributed.gather(distributed.weights_sha256(model), dist)
+    if len(set(digests)) > 1:
+        raise RuntimeError(f"DDP replicas differ at epoch {epoch}: weight digests {digests}")
+    if not dist.main:
+        return
+    torch.save({"model_config": cfg.to_dict(), "train_config": asdict(tcfg), "data": data_desc,
+                "src_vocab": src_vocab.itos, "tgt_vocab": tgt_vocab.itos,
+                "state_dict": {k: v.cpu() for k, v in model.state_dict().items()}, "epoch": epoch,
+                "dev_wer": dev.wer, "dev_per": dev.per, "history": history,
+                "replicas": {"world_size": dist.world_size, "weights_sha256": digests}}, out / "best.pt")
 
 
 def parse_args(argv=None):
@@ -216,8 +266,13 @@ def main(argv=None):
     model_kwargs = {f: getattr(args, f) for f in ModelConfig.__dataclass_fields__ if not f.endswith("vocab_size")}
     tcfg = TrainConfig(**{f: getattr(args, f) for f in TrainConfig.__dataclass_fields__})
     splits, desc = load_corpus(args)
-    result = train(model_kwargs, tcfg, splits, desc, args.out, args.init_from)
-    print(json.dumps(result), flush=True)
+    dist = distributed.setup(tcfg.device)
+    try:
+        result = train(model_kwargs, tcfg, splits, desc, args.out, args.init_from, dist)
+    finally:
+        distributed.teardown(dist)
+    if dist.main:
+        print(json.dumps(result), flush=True)
 
 
 if __name__ == "__main__":

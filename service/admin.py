@@ -1,0 +1,38 @@
+"""The admin RPC attnserve.v1.Transducer/ReloadModel -> the model manager.
+
+Registered as its own generic handler beside the Transducer's data-plane methods, so
+the admin surface stays in one small place. It can only choose a version directory
+inside the server's configured model directory, never a path; with a bearer token
+configured it needs the token like every other RPC.
+"""
+from __future__ import annotations
+
+import grpc
+
+from attnserve.v1 import attnserve_pb2 as pb
+from service import convert
+from service.metrics import Metrics
+from service.models import ModelManager
+from service.servicer import SERVICE_NAME, model_label, observe
+
+
+class AdminServicer:
+    def __init__(self, models: ModelManager, metrics: Metrics):
+        self.models = models
+        self.metrics = metrics
+
+    async def ReloadModel(self, request: pb.ReloadModelRequest, context: grpc.aio.ServicerContext) -> pb.ModelInfo:
+        return await observe(self.metrics, "ReloadModel", model_label(self.models.bundle), context,
+                             self._reload(request.model_version))
+
+    async def _reload(self, version: str) -> pb.ModelInfo:
+        bundle = await self.models.load(version)
+        return convert.to_model_info(bundle.manifest)
+
+
+def admin_handler(servicer: AdminServicer) -> grpc.GenericRpcHandler:
+    return grpc.method_handlers_generic_handler(SERVICE_NAME, {
+        "ReloadModel": grpc.unary_unary_rpc_method_handler(
+            servicer.ReloadModel, request_deserializer=pb.ReloadModelRequest.FromString,
+            response_serializer=pb.ModelInfo.SerializeToString),
+    })

@@ -1,0 +1,146 @@
+"""The served model and its hot reload, from a model directory `models/<name>/<version>/`.
+
+A reload never drops a request: the new version's bundle is verified, its engine
+built and warmed and its batcher started off to the side while the old one keeps
+serving; then the servicers are pointed at the new batcher in one step on the event
+loop (a call picks its batcher and enqueues without an await in between, so each call
+lands wholly on one version), and the old batcher drains what it had admitted before
+it stops. A bundle that fails verification or will not load is refused and the
+current version keeps serving.
+
+Knows nothing of gRPC: the servicers are attached through a callback.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from pathlib import Path
+from typing import Callable
+
+from service.batcher import Batcher, make_batcher
+from service.bundle import MANIFEST, Bundle, BundleError, load_bundle, resolve
+from service.config import Config
+from service.engine import Engine, EngineConfig
+from service.metrics import Metrics
+
+log = logging.getLogger("attnserve")
+WARMUP_WORDS = ["warmup", "a", "attention"]
+
+
+def warm_engine(bundle: Bundle, cfg: EngineConfig) -> Engine:
+    """Load the bundle's graphs and run a first batch through them (the first run is the slow one)."""
+    engine = Engine(bundle, cfg)
+    engine.decode([engine.tokenize(w) for w in WARMUP_WORDS])
+    return engine
+
+
+def _manifest_mtime(path: Path) -> float | None:
+    try:
+        return (path / MANIFEST).stat().st_mtime
+    except OSError:
+        return None
+
+
+class ModelManager:
+    def __init__(self, cfg: Config, metrics: Metrics, attach: Callable[[Batcher, Bundle], None]):
+        self.cfg = cfg
+        self.metrics = metrics
+        self._attach = attach  # points the servicers at a batcher
+        self.batcher: Batcher | None = None
+        self.bundle: Bundle | None = None
+        self._lock = asyncio.Lock()  # one load at a time
+        self._poller: asyncio.Task | None = None
+        # Polling reacts to a new latest version appearing, so an admin's explicit rollback
+        # to an older version is not undone at the next poll.
+        self._seen_latest: Path | None = None
+        # path -> its manifest's mtime when refused: not tried again until the manifest changes
+        self._refused: dict[Path, float | None] = {}
+
+    async def load(self, version: str = "") -> Bundle:
+        """Serve `version` (default: the configured pin, else the highest version) and return its bundle.
+
+        Raises BundleError (VersionNotFound for a missing version) and keeps serving the
+        current model when the new one cannot be used.
+        """
+        async with self._lock:
+            try:
+                bundle = await self._load(version or self.cfg.repository.model_version)
+            except BundleError:
+                self.metrics.model_reloads.labels("refused").inc()
+                raise
+            self.metrics.model_reloads.labels("ok").inc()
+            return bundle
+
+    async def _load(self, version: str) -> Bundle:
+        started = time.perf_counter()
+        loop = asyncio.get_running_loop()
+        bundle = await loop.run_in_executor(None, load_bundle, self.cfg.model_dir, version)
+        current = self.bundle
+        if current is not None and bundle.path == current.path and bundle.manifest == current.manifest:
+            return current  # already serving exactly these files
+        try:
+            engine = await loop.run_in_executor(None, warm_engine, bundle, self.cfg.engine)
+        except Exception as e:  # onnxruntime's own exceptions for a broken graph, or a broken vocabulary
+            raise BundleError(f"{bundle.path}: cannot load or run its ONNX graphs, refusing it: "
+                              f"{type(e).__name__}: {e}") from e
+        batcher = make_batcher(engine, self.cfg.batcher, self.metrics)
+        batcher.start()
+        old = self.batcher
+        self.batcher, self.bundle = batcher, bundle
+        self._attach(batcher, bundle)  # the swap: new calls go to the new version from here on
+        self.metrics.model_load_seconds.set(time.perf_counter() - started)
+        self.metrics.model_info.labels(bundle.name, bundle.version).set(1)
+        if current is not None and (current.name, current.version) != (bundle.name, bundle.version):
+            self.metrics.model_info.remove(current.name, current.version)
+        if self._seen_latest is None:
+            self._seen_latest = self._latest()
+        if current is None:
+            log.info("loaded %s version %s from %s", bundle.name, bundle.version, bundle.path)
+        else:
+            log.info("swapped %s version %s for version %s (%s); draining the old one", current.name,
+                     current.version, bundle.version, bundle.path)
+        if old is not None:
+            if not await old.drain(self.cfg.server.grace_period_s):
+                log.warning("version %s did not drain within %.1f s; failing what is left", current.version,
+                            self.cfg.server.grace_period_s)
+            await old.stop()
+        return bundle
+
+    def _latest(self) -> Path | None:
+        try:
+            return resolve(self.cfg.model_dir, self.cfg.repository.model_version)
+        except BundleError:
+            return None
+
+    def start_polling(self) -> None:
+        if self.cfg.repository.model_poll_s > 0 and self._poller is None:
+            self._poller = asyncio.get_running_loop().create_task(self._poll(), name="attnserve-model-poll")
+
+    async def _poll(self) -> None:
+        while True:
+            await asyncio.sleep(self.cfg.repository.model_poll_s)
+            path = await asyncio.to_thread(self._latest)
+            if path is None or path == self._seen_latest:
+                continue
+            stamp = _manifest_mtime(path)
+            if path in self._refused and self._refused[path] == stamp:
+                continue  # refused before and unchanged since: do not log it every poll
+            try:
+                await self.load()
+            except BundleError as e:
+                self._refused[path] = stamp
+                log.error("not reloading: %s; still serving version %s", e, self.bundle.version if self.bundle else "-")
+                continue
+            self._seen_latest = path
+
+    async def stop(self) -> None:
+        if self._poller is not None:
+            self._poller.cancel()
+            try:
+                await self._poller
+            except asyncio.CancelledError:
+                pass
+            self._poller = None
+        if self.batcher is not None:
+            await self.batcher.stop()

@@ -1,0 +1,185 @@
+"""Helpers for tests against live servers: certificates, extra model versions, server processes."""
+from __future__ import annotations
+
+import asyncio
+import datetime
+import ipaddress
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from service.bundle import MANIFEST, load_bundle, write_manifest
+
+VENV_BIN = Path(sys.executable).parent
+
+
+# --- certificates ------------------------------------------------------------------------------
+
+def _name(cn: str) -> x509.Name:
+    return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])
+
+
+def _cert(subject: str, key, issuer: str, issuer_key, *, ca: bool, server: bool = False) -> x509.Certificate:
+    now = datetime.datetime.now(datetime.timezone.utc)
+    b = (x509.CertificateBuilder().subject_name(_name(subject)).issuer_name(_name(issuer))
+         .public_key(key.public_key()).serial_number(x509.random_serial_number())
+         .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(days=1))
+         .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True))
+    if ca:
+        b = b.add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True,
+                                          content_commitment=False, key_encipherment=False, data_encipherment=False,
+                                          key_agreement=False, encipher_only=False, decipher_only=False), critical=True)
+    else:
+        usage = ExtendedKeyUsageOID.SERVER_AUTH if server else ExtendedKeyUsageOID.CLIENT_AUTH
+        b = b.add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
+    if server:
+        b = b.add_extension(x509.SubjectAlternativeName(
+            [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
+    return b.sign(issuer_key, hashes.SHA256())
+
+
+def _write(path: Path, key, cert: x509.Certificate) -> tuple[str, str]:
+    key_path, cert_path = path.with_suffix(".key"), path.with_suffix(".pem")
+    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    return str(cert_path), str(key_path)
+
+
+@dataclass(frozen=True)
+class Pki:
+    ca: str  # CA certificate (PEM path)
+    server_cert: str
+    server_key: str
+    client_cert: str  # signed by `ca`
+    client_key: str
+    rogue_cert: str  # a client certificate from another CA
+    rogue_key: str
+
+
+def make_pki(directory: Path) -> Pki:
+    """A CA, a server certificate for 127.0.0.1/localhost, a client certificate, and a rogue one."""
+    directory.mkdir(parents=True, exist_ok=True)
+    new_key = lambda: ec.generate_private_key(ec.SECP256R1())  # noqa: E731
+    ca_key, rogue_ca_key = new_key(), new_key()
+    ca = _cert("attnserve test CA", ca_key, "attnserve test CA", ca_key, ca=True)
+    (directory / "ca.pem").write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    server_key, client_key, rogue_key = new_key(), new_key(), new_key()
+    server = _write(directory / "server", server_key,
+                    _cert("127.0.0.1", server_key, "attnserve test CA", ca_key, ca=False, server=True))
+    client = _write(directory / "client", client_key,
+                    _cert("client", client_key, "attnserve test CA", ca_key, ca=False))
+    rogue = _write(directory / "rogue", rogue_key, _cert("rogue", rogue_key, "rogue CA", rogue_ca_key, ca=False))
+    return Pki(str(directory / "ca.pem"), *server, *client, *rogue)
+
+
+# --- model versions ----------------------------------------------------------------------------
+
+def add_version(model_dir: Path, version: str, *, break_onnx: bool = False, bad_hash: bool = False) -> Path:
+    """Copy version 1 of model_dir to `version` with that version in its manifest.
+
+    break_onnx: the encoder is garbage but the manifest hashes match it (it passes the hash
+    check and fails in onnxruntime). bad_hash: a graph is changed after hashing.
+    """
+    src = load_bundle(model_dir, "1")
+    dst = model_dir / version
+    staging = model_dir / f".{version}.tmp"  # a non-numeric name: a poller never sees a half-copied version
+    shutil.rmtree(staging, ignore_errors=True)
+    shutil.copytree(src.path, staging)
+    manifest = json.loads((staging / MANIFEST).read_text())
+    manifest["version"] = version
+    if break_onnx:
+        (staging / manifest["graphs"]["encoder"]).write_bytes(b"this is not an ONNX graph")
+    write_manifest(staging, {k: v for k, v in manifest.items() if k not in ("files", "format_version")})
+    if bad_hash:
+        with (staging / manifest["graphs"]["encoder"]).open("ab") as f:
+            f.write(b"tampered")
+    staging.rename(dst)
+    return dst
+
+
+# --- servers -----------------------------------------------------------------------------------
+
+class ThreadServer:
+    """An AttnServer on its own event loop in a background thread, for synchronous clients."""
+
+    def __init__(self, cfg):
+        from service.server import build_server
+
+        self._build = lambda: build_server(cfg)
+        self.server = None
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="test-server", daemon=True)
+
+    def __enter__(self):
+        self._thread.start()
+        self.server = self._call(self._start())
+        return self
+
+    async def _start(self):
+        s = self._build()
+        await s.start()
+        await s.load()
+        return s
+
+    def _call(self, coro, timeout_s: float = 120):
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout_s)
+
+    def __exit__(self, *exc):
+        self._call(self.server.stop(0))
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.server.port}"
+
+
+def wait_serving(address: str, timeout_s: float = 120, proc: subprocess.Popen | None = None) -> None:
+    deadline = time.monotonic() + timeout_s
+    with grpc.insecure_channel(address) as channel:
+        health = health_pb2_grpc.HealthStub(channel)
+        while time.monotonic() < deadline:
+            if proc is not None and proc.poll() is not None:
+                raise RuntimeError(f"server exited with {proc.returncode} before serving")
+            try:
+                reply = health.Check(health_pb2.HealthCheckRequest(), timeout=1)
+                if reply.status == health_pb2.HealthCheckResponse.SERVING:
+                    return
+            except grpc.RpcError:
+                pass
+            time.sleep(0.1)
+    raise TimeoutError(f"{address} not SERVING after {timeout_s} s")
+
+
+def spawn_server(model_dir: Path, port: int, *args: str, log_path: Path | None = None) -> subprocess.Popen:
+    """`attnserve-server` from the venv as a child process (stdout/stderr to log_path)."""
+    cmd = [str(VENV_BIN / "attnserve-server"), "--model-dir", str(model_dir), "--host", "127.0.0.1",
+           "--port", str(port), "--metrics-port", "-1", *args]
+    out = open(log_path, "wb") if log_path else subprocess.DEVNULL
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ATTNSERVE_")}
+    return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
+
+
+def terminate(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()

@@ -1,0 +1,87 @@
+"""Deadlines and cancellation in continuous batching, measured with the row-step counters.
+
+The real engine's decoder step is paced to 5 ms so a deadline can fall mid-sequence on
+any machine; the server, its batcher and the gRPC cancellation path are the real ones.
+"""
+import asyncio
+import time
+
+import grpc
+import pytest_asyncio
+
+from attnserve.v1 import attnserve_pb2 as pb, attnserve_pb2_grpc as pbg
+from service.config import BatcherConfig, Config, ServerConfig
+from service.server import build_server
+
+STEP_S = 0.005
+LONG = "internationalization"
+OTHERS = [LONG, "characteristically", "cat", "phoenix"]
+NO_ATTENTION = pb.DecodeOptions(return_attention=False, max_output_len=40)
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def server(tiny_bundle):
+    s = build_server(Config(model_dir=tiny_bundle, server=ServerConfig(host="127.0.0.1", port=0, metrics_port=-1),
+                            batcher=BatcherConfig(mode="continuous", max_batch_size=16)))
+    await s.start()
+    await s.load()
+    engine = s.batcher.engine
+    real_step = engine.step
+
+    def paced_step(running):
+        time.sleep(STEP_S)
+        return real_step(running)
+
+    engine.step = paced_step
+    yield s
+    await s.stop(0)
+
+
+def counters(server) -> tuple[float, float]:
+    m = server.metrics
+    return m.decode_row_steps._value.get(), m.decode_row_steps_after_cancel._value.get()
+
+
+async def test_cancelled_and_expired_sequences_stop_within_one_step(server, capsys):
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{server.port}") as channel:
+        stub = pbg.TransducerStub(channel)
+
+        def call(word, **kw):
+            return stub.Transduce(pb.TransduceRequest(inputs=[word], options=NO_ATTENTION), **kw)
+
+        # Alone and uncancelled: how long the victims' word takes, and what the others should get.
+        full = await stub.Transduce(pb.TransduceRequest(inputs=[LONG]), timeout=30)
+        full_steps = full.results[0].attention.rows
+        assert full_steps * STEP_S > 0.06, "the victims' word must outlive their deadline"
+        alone = [(await call(w, timeout=30)).results[0].output_tokens for w in OTHERS]
+
+        steps0, after0 = counters(server)
+        others = [asyncio.ensure_future(stub.Transduce(pb.TransduceRequest(inputs=[w]), timeout=30)) for w in OTHERS]
+        expired = call(LONG, timeout=0.03)  # its deadline passes mid-sequence
+        cancelled = call(LONG, timeout=30)
+        waiter = asyncio.ensure_future(cancelled)
+        await asyncio.sleep(0.03)
+        cancelled.cancel()  # the client gives up mid-sequence
+        try:
+            await expired
+            raise AssertionError("the 30 ms deadline should have passed")
+        except grpc.aio.AioRpcError as e:
+            assert e.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+        try:
+            await waiter
+        except asyncio.CancelledError:
+            pass
+        replies = await asyncio.gather(*others)
+        steps1, after1 = counters(server)
+
+    # The others shared the running batch with the victims and are unaffected.
+    assert [r.results[0].output_tokens for r in replies] == alone
+    others_steps = sum(r.results[0].attention.rows for r in replies)  # one row-step per emitted token, </s> too
+    victim_steps = steps1 - steps0 - others_steps
+    after_cancel = after1 - after0
+    with capsys.disabled():
+        print(f"\ncancellation: {len(OTHERS)} others took {others_steps:.0f} row-steps as alone; 2 victims "
+              f"(deadline 30 ms, cancel at 30 ms) took {victim_steps:.0f} row-steps of {2 * full_steps} uncancelled; "
+              f"row-steps after cancel/deadline: {after_cancel:.0f} (at most 1 per victim)")
+    assert after_cancel <= 2
+    assert victim_steps < 2 * full_steps  # they stopped early rather than ran to the end

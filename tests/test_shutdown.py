@@ -1,0 +1,85 @@
+"""Graceful shutdown of the real `attnserve-server` process: SIGTERM with a burst in flight."""
+import asyncio
+import signal
+import time
+import urllib.request
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from prometheus_client.parser import text_string_to_metric_families
+
+from attnserve.v1 import attnserve_pb2 as pb, attnserve_pb2_grpc as pbg
+from tests.conftest import free_port
+from tests.live import spawn_server, terminate, wait_serving
+
+WORDS = ["internationalization", "characteristically", "photosynthesis", "counterproductive",
+         "incomprehensible", "extraordinarily", "misunderstanding", "responsibilities"]
+BURST = 64
+
+
+def received(metrics_port: int) -> float:
+    """Transduce calls the server has taken in: finished plus in flight."""
+    text = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5).read().decode()
+    total = 0.0
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            if s.name == "attnserve_requests_total" and s.labels.get("rpc") == "Transduce":
+                total += s.value
+            elif s.name == "attnserve_inflight_requests":
+                total += s.value
+    return total
+
+
+async def code_of(address: str) -> grpc.StatusCode:
+    async with grpc.aio.insecure_channel(address) as channel:
+        try:
+            await pbg.TransducerStub(channel).Transduce(pb.TransduceRequest(inputs=["late"]), timeout=2)
+        except grpc.aio.AioRpcError as e:
+            return e.code()
+    return grpc.StatusCode.OK
+
+
+async def test_sigterm_drains_the_burst_in_flight_then_exits_0(tiny_bundle, tmp_path, capsys):
+    port, metrics_port = free_port(), free_port()
+    address = f"127.0.0.1:{port}"
+    log = tmp_path / "server.log"
+    # One source per step keeps the burst in flight for a second or so.
+    proc = spawn_server(tiny_bundle, port, "--metrics-port", str(metrics_port), "--max-batch-size", "1",
+                        "--grace-period-s", "60", log_path=log)
+    try:
+        await asyncio.to_thread(wait_serving, address, 120, proc)
+        async with grpc.aio.insecure_channel(address) as channel:
+            stub = pbg.TransducerStub(channel)
+            watch = health_pb2_grpc.HealthStub(channel).Watch(health_pb2.HealthCheckRequest())
+            assert (await watch.read()).status == health_pb2.HealthCheckResponse.SERVING
+            options = pb.DecodeOptions(return_attention=False)
+            burst = [asyncio.ensure_future(stub.Transduce(pb.TransduceRequest(inputs=WORDS, options=options),
+                                                          timeout=60)) for _ in range(BURST)]
+            deadline = time.monotonic() + 30
+            while await asyncio.to_thread(received, metrics_port) < BURST:  # every call has reached the server
+                assert time.monotonic() < deadline, "the burst never reached the server"
+                await asyncio.sleep(0.005)
+            proc.send_signal(signal.SIGTERM)
+            in_flight = sum(not call.done() for call in burst)
+            # Once health says NOT_SERVING the server is draining: a new connection now is refused.
+            assert (await watch.read()).status == health_pb2.HealthCheckResponse.NOT_SERVING
+            watch.cancel()
+            await asyncio.sleep(0.1)
+            during = await code_of(address)
+            still_in_flight = sum(not call.done() for call in burst)
+            outcomes = await asyncio.gather(*burst, return_exceptions=True)
+        exit_code = await asyncio.to_thread(proc.wait, 60)
+        after = await code_of(address)
+    finally:
+        terminate(proc)
+    failed = [o for o in outcomes if isinstance(o, Exception)]
+    with capsys.disabled():
+        print(f"\nshutdown: SIGTERM with {in_flight} of {BURST} calls in flight: {len(failed)} failed, exit code "
+              f"{exit_code}; new connection during drain ({still_in_flight} calls still in flight): {during.name}, "
+              f"after exit: {after.name}")
+    assert in_flight > 0 and still_in_flight > 0, "the burst was done too soon: nothing was tested"
+    assert failed == [], failed[:3]
+    assert all(len(o.results) == len(WORDS) for o in outcomes)
+    assert exit_code == 0
+    assert during == grpc.StatusCode.UNAVAILABLE and after == grpc.StatusCode.UNAVAILABLE
+    assert "shutting down" in log.read_text()

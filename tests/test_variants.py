@@ -1,0 +1,153 @@
+"""Every variant of the design, end to end: trained a few steps, exported with parity, served.
+
+Cells rnn/gru/lstm, uni- and bidirectional encoders, every attention score, the two
+attention-free baselines, encoder self-attention, and hard / top-k attention at inference
+(asked of every soft-trained attention model through the API).
+"""
+import asyncio
+
+import grpc
+import numpy as np
+import pytest
+
+from attnserve.v1 import attnserve_pb2 as pb, attnserve_pb2_grpc as pbg
+from service.bundle import load_bundle
+from service.config import BatcherConfig, Config, ServerConfig
+from service.engine import Engine, EngineConfig
+from service.server import build_server
+from training import train
+from training.export import build_bundle, parity_ok
+
+VARIANTS = {  # name: (model flags, batching mode)
+    "lstm-bi-general": (dict(cell="lstm", bidirectional=True, attention="general"), "continuous"),
+    "gru-uni-dot": (dict(cell="gru", bidirectional=False, attention="dot"), "request"),
+    "rnn-bi-scaled_dot": (dict(cell="rnn", bidirectional=True, attention="scaled_dot"), "continuous"),
+    "lstm-uni-additive": (dict(cell="lstm", bidirectional=False, attention="additive"), "request"),
+    "gru-bi-cosine": (dict(cell="gru", bidirectional=True, attention="cosine"), "continuous"),
+    "lstm-bi-general-self_attention": (dict(cell="lstm", bidirectional=True, attention="general",
+                                            self_attention_heads=2), "continuous"),
+    "gru-bi-none-init": (dict(cell="gru", bidirectional=True, attention="none", context="init"), "continuous"),
+    "lstm-uni-none-every_step": (dict(cell="lstm", bidirectional=False, attention="none",
+                                      context="every_step"), "request"),
+}
+WORDS = ["knight", "phoenix", "exit"]
+
+
+@pytest.fixture(scope="module")
+def small_corpus(tmp_path_factory):
+    from training.data import load_cmudict
+
+    splits = load_cmudict()
+    pairs = [p for split in ("train", "dev", "test") for p in splits[split][::100]]
+    path = tmp_path_factory.mktemp("variants") / "small.tsv"
+    path.write_text("".join(f"{''.join(p.src)}\t{' '.join(p.tgt)}\n" for p in pairs), encoding="utf-8")
+    return path
+
+
+def train_and_export(name: str, flags: dict, corpus, tmp_path):
+    """One epoch of ~18 steps on a tiny model, then the real export with its parity checks."""
+    argv = ["--corpus", "tsv", "--tsv", str(corpus), "--out", str(tmp_path / "run"), "--hidden-size", "16",
+            "--enc-layers", "1", "--emb-dim", "8", "--batch-size", "64", "--max-epochs", "1", "--lr", "0.01",
+            "--dropout", "0.0", "--seed", "1", "--threads", "1", "--device", "cpu"]
+    argv += [f"--{k.replace('_', '-')}={v}" for k, v in flags.items()]
+    train.main(argv)
+    model_dir = tmp_path / "models" / name
+    return model_dir, build_bundle(tmp_path / "run" / "best.pt", model_dir / "1", name, "1", parity_words=300)
+
+
+def request(**options) -> pb.TransduceRequest:
+    return pb.TransduceRequest(inputs=WORDS, options=pb.DecodeOptions(**options))
+
+
+async def serve(model_dir, mode: str, calls: dict):
+    """Start the real server on a free port, make the calls concurrently over one real channel."""
+    server = build_server(Config(model_dir=model_dir,
+                                 server=ServerConfig(host="127.0.0.1", port=0, metrics_port=-1),
+                                 batcher=BatcherConfig(mode=mode, max_batch_size=16, max_wait_ms=5)))
+    await server.start()
+    await server.load()
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{server.port}") as channel:
+            stub = pbg.TransducerStub(channel)
+            info = await stub.GetModelInfo(pb.GetModelInfoRequest(), timeout=10)
+
+            async def call(req):
+                try:
+                    return await stub.Transduce(req, timeout=20)
+                except grpc.aio.AioRpcError as e:
+                    return e
+
+            replies = await asyncio.gather(*(call(r) for r in calls.values()))
+    finally:
+        await server.stop(0)
+    return info, dict(zip(calls, replies))
+
+
+def matrix(result) -> np.ndarray:
+    a = result.attention
+    return np.array(a.weights, dtype=np.float32).reshape(a.rows, a.cols)
+
+
+@pytest.mark.parametrize("name", list(VARIANTS))
+async def test_variant_trains_exports_with_parity_and_serves(name, small_corpus, tmp_path):
+    flags, mode = VARIANTS[name]
+    model_dir, manifest = train_and_export(name, flags, small_corpus, tmp_path)
+    par = manifest["parity"]
+    assert parity_ok(par) and par["words"] > 0, par
+    has_attention = flags["attention"] != "none"
+    assert ("hard" in par) == has_attention  # hard attention's parity, through the same step graph
+
+    calls = {"soft": request(), "beam": request(beam_size=3, n_best=2, return_attention=True),
+             "hard": request(attention_mode=pb.ATTENTION_MODE_HARD),
+             "topk": request(attention_mode=pb.ATTENTION_MODE_TOP_K, top_k=2)}
+    info, replies = await serve(model_dir, mode, calls)
+    assert info.has_attention == has_attention
+    assert list(info.attention_modes) == (["soft", "hard", "topk"] if has_attention else [])
+    for r in replies["soft"].results:
+        assert r.output_text == " ".join(r.output_tokens)
+        assert r.HasField("attention") == has_attention
+        if has_attention:
+            assert np.allclose(matrix(r).sum(axis=1), 1.0, atol=1e-5)
+    for r in replies["beam"].results:  # beam search, alternatives included, with or without attention
+        assert len(r.alternatives) == 1 and r.HasField("attention") == has_attention
+        assert not r.alternatives[0].HasField("attention") or has_attention
+    if not has_attention:
+        for mode_name in ("hard", "topk"):
+            assert replies[mode_name].code() == grpc.StatusCode.INVALID_ARGUMENT
+            assert "attention_mode" in replies[mode_name].details()
+        return
+    for r in replies["hard"].results:  # one-hot rows (a tie would share the row: not with these floats)
+        m = matrix(r)
+        assert np.allclose(m.sum(axis=1), 1.0, atol=1e-5) and np.allclose(m.max(axis=1), 1.0, atol=1e-6)
+    for r in replies["topk"].results:
+        m = matrix(r)
+        assert np.allclose(m.sum(axis=1), 1.0, atol=1e-5) and ((m > 0).sum(axis=1) <= 2).all()
+
+    if flags.get("self_attention_heads"):  # the engine keeps the encoder's self-attention per source
+        engine = Engine(load_bundle(model_dir), EngineConfig())
+        for word, d in zip(WORDS, engine.decode([list(w) for w in WORDS])):
+            assert d.self_attn.shape == (2, len(word), len(word))
+            assert np.allclose(d.self_attn.sum(axis=-1), 1.0, atol=1e-5)
+
+
+def test_api_edge_attention_modes_and_models_without_attention():
+    from service import convert
+    from service.engine import Decoded
+
+    limits = ServerConfig()
+    raw = request(attention_mode=pb.ATTENTION_MODE_TOP_K, top_k=3).SerializeToString()
+    assert convert.parse_transduce(raw, limits, "m", "1").options.attention_top_k == 3
+    raw = request(attention_mode=pb.ATTENTION_MODE_HARD).SerializeToString()
+    assert convert.parse_transduce(raw, limits, "m", "1").options.attention_top_k == 1
+    for options, message in [(dict(top_k=2), "options.top_k is for attention_mode 'topk' only"),
+                             (dict(attention_mode=pb.ATTENTION_MODE_TOP_K), "options.top_k must be in 1..64"),
+                             (dict(attention_mode=7), "options.attention_mode must be one of")]:
+        with pytest.raises(convert.BadRequest, match=message):
+            convert.parse_transduce(request(**options).SerializeToString(), limits, "m", "1")
+    d = Decoded(src_tokens=list("ab"), output_ids=[5], output_tokens=["X"], score=-1.0, attn=None, finished=True)
+    assert d.steps == 2 and not convert.to_result([d], " ", return_attention=True).HasField("attention")
+    old = {"name": "m", "version": "1", "src_vocab": [], "tgt_vocab": [], "model_config": {"attention": "general"}}
+    info = convert.to_model_info(old)  # a bundle from before these variants: attention, soft only
+    assert info.has_attention and list(info.attention_modes) == ["soft"]
+    info = convert.to_model_info({**old, "model_config": {"attention": "none"}})
+    assert not info.has_attention and list(info.attention_modes) == []
