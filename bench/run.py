@@ -19,7 +19,6 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
 
 from bench.report import write_report
 from service.bundle import load_bundle

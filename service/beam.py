@@ -51,7 +51,6 @@ def beam_search(engine: Engine, sources: list[list[str]], opts: DecodeOptions) -
     run = run.select(np.repeat(np.arange(B), k))  # (B*k) rows, beam j of source b at b*k+j
     for step in range(max(s.limit for s in srcs)):
         log_probs, attn, run = engine.step(run)  # (B*k, V), (B*k, S) or None
-        V = log_probs.shape[1]
         rows, tokens = np.arange(B * k) % k, np.full(B * k, engine.eos_id, dtype=np.int64)
         for b, src in enumerate(srcs):
             if src.done:

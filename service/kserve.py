@@ -25,13 +25,11 @@ from importlib.metadata import PackageNotFoundError, version
 import numpy as np
 
 from inference import grpc_service_pb2 as pb
-from service.batcher import Batcher, NotReady
 from service.bundle import Bundle
 from service.config import ServerConfig
 from service.convert import BadRequest, UnknownModel, has_attention
 from service.engine import Decoded, DecodeOptions
-from service.metrics import Metrics
-from service.servicer import model_label, observe
+from service.servicer import ModelServicer, model_label, observe
 
 KSERVE_SERVICE_NAME = "inference.GRPCInferenceService"
 INPUT = "TEXT"
@@ -182,18 +180,10 @@ def to_infer_response(req: pb.ModelInferRequest, call: InferCall, results: list[
     return reply
 
 
-class KServeServicer:
+class KServeServicer(ModelServicer):
     """inference.GRPCInferenceService: register with add_GRPCInferenceServiceServicer_to_server."""
 
-    def __init__(self, limits: ServerConfig, metrics: Metrics):
-        self.limits = limits
-        self.metrics = metrics
-        self.batcher: Batcher | None = None
-        self.bundle: Bundle | None = None
-
-    def attach(self, batcher: Batcher, bundle: Bundle) -> None:
-        """Start answering with this model (called once it is loaded and warm)."""
-        self.batcher, self.bundle = batcher, bundle
+    not_ready_hint = "retry when ServerReady is true"
 
     async def ServerLive(self, request, context):
         return await self._observe("ServerLive", context, self._value(pb.ServerLiveResponse(live=True)))
@@ -256,7 +246,3 @@ class KServeServicer:
         hyps = await batcher.transduce(call.texts, DecodeOptions(max_output_len=call.max_output_len))
         return to_infer_response(request, call, [h[0] for h in hyps], batcher.engine.tgt_joiner, bundle)
 
-    def _ready(self) -> tuple[Batcher, Bundle]:
-        if self.batcher is None or self.bundle is None:
-            raise NotReady("model is still loading; retry when ServerReady is true")
-        return self.batcher, self.bundle

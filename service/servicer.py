@@ -78,7 +78,12 @@ async def observe(metrics: Metrics, rpc: str, model: str, context, work):
     await context.abort(code, message)
 
 
-class TransducerServicer:
+class ModelServicer:
+    """What every servicer shares: its limits and metrics, and the model it answers with,
+    attached once loaded and warm, and re-attached by a hot reload."""
+
+    not_ready_hint = "retry when health reports SERVING"
+
     def __init__(self, limits: ServerConfig, metrics: Metrics):
         self.limits = limits
         self.metrics = metrics
@@ -88,6 +93,14 @@ class TransducerServicer:
     def attach(self, batcher: Batcher, bundle: Bundle) -> None:
         """Start answering with this model (called once it is loaded and warm)."""
         self.batcher, self.bundle = batcher, bundle
+
+    def _ready(self) -> tuple[Batcher, Bundle]:
+        if self.batcher is None or self.bundle is None:
+            raise NotReady(f"model is still loading; {self.not_ready_hint}")
+        return self.batcher, self.bundle
+
+
+class TransducerServicer(ModelServicer):
 
     async def Transduce(self, raw: bytes, context: grpc.aio.ServicerContext) -> pb.TransduceResponse:
         return await observe(self.metrics, "Transduce", model_label(self.bundle), context, self._transduce(raw))
@@ -144,11 +157,6 @@ class TransducerServicer:
     async def _model_info(self) -> pb.ModelInfo:
         _, bundle = self._ready()
         return convert.to_model_info(bundle.manifest)
-
-    def _ready(self) -> tuple[Batcher, Bundle]:
-        if self.batcher is None or self.bundle is None:
-            raise NotReady("model is still loading; retry when health reports SERVING")
-        return self.batcher, self.bundle
 
 
 def handler(servicer: TransducerServicer) -> grpc.GenericRpcHandler:
