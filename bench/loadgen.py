@@ -61,19 +61,24 @@ def make_call(channel, args, words):
     return call, k
 
 
+async def timed(call, k: int, rec: Recorder) -> None:
+    """One call: its latency and words on success, an error otherwise."""
+    t = time.perf_counter()
+    try:
+        await call()
+    except grpc.aio.AioRpcError:
+        rec.errors += 1
+        return
+    rec.latencies.append(time.perf_counter() - t)
+    rec.words += k
+
+
 async def closed_loop(channel, args, words, rec: Recorder, stop_at: float):
     call, k = make_call(channel, args, words)
 
     async def worker():
         while time.perf_counter() < stop_at:
-            t = time.perf_counter()
-            try:
-                await call()
-            except grpc.aio.AioRpcError:
-                rec.errors += 1
-                continue
-            rec.latencies.append(time.perf_counter() - t)
-            rec.words += k
+            await timed(call, k, rec)
     await asyncio.gather(*(worker() for _ in range(args.concurrency)))
 
 
@@ -82,22 +87,12 @@ async def open_loop(channel, args, words, rec: Recorder, stop_at: float):
     call, k = make_call(channel, args, words)
     rng = random.Random(1)
     pending = set()
-
-    async def one():
-        t = time.perf_counter()
-        try:
-            await call()
-        except grpc.aio.AioRpcError:
-            rec.errors += 1
-            return
-        rec.latencies.append(time.perf_counter() - t)
-        rec.words += k
     next_at = time.perf_counter()
     while next_at < stop_at:
         delay = next_at - time.perf_counter()
         if delay > 0:
             await asyncio.sleep(delay)
-        task = asyncio.create_task(one())
+        task = asyncio.create_task(timed(call, k, rec))
         pending.add(task)
         task.add_done_callback(pending.discard)
         next_at += rng.expovariate(args.rate)

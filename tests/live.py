@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime
 import ipaddress
 import json
@@ -114,27 +115,39 @@ def add_version(model_dir: Path, version: str, *, break_onnx: bool = False, bad_
 
 # --- servers -----------------------------------------------------------------------------------
 
+async def start_loaded(cfg):
+    """A real server on loopback (build, bind, load and warm): what every in-process test serves."""
+    from service.server import build_server
+
+    s = build_server(cfg)
+    await s.start()
+    await s.load()
+    return s
+
+
+@contextlib.asynccontextmanager
+async def serving(cfg):
+    """`start_loaded`, stopped without a grace period on exit."""
+    s = await start_loaded(cfg)
+    try:
+        yield s
+    finally:
+        await s.stop(0)
+
+
 class ThreadServer:
     """An AttnServer on its own event loop in a background thread, for synchronous clients."""
 
     def __init__(self, cfg):
-        from service.server import build_server
-
-        self._build = lambda: build_server(cfg)
+        self._cfg = cfg
         self.server = None
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="test-server", daemon=True)
 
     def __enter__(self):
         self._thread.start()
-        self.server = self._call(self._start())
+        self.server = self._call(start_loaded(self._cfg))
         return self
-
-    async def _start(self):
-        s = self._build()
-        await s.start()
-        await s.load()
-        return s
 
     def _call(self, coro, timeout_s: float = 120):
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout_s)

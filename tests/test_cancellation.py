@@ -11,7 +11,7 @@ import pytest_asyncio
 
 from attnserve.v1 import attnserve_pb2 as pb, attnserve_pb2_grpc as pbg
 from service.config import BatcherConfig, Config, ServerConfig
-from service.server import build_server
+from tests.live import start_loaded
 
 STEP_S = 0.005
 LONG = "internationalization"
@@ -21,10 +21,9 @@ NO_ATTENTION = pb.DecodeOptions(return_attention=False, max_output_len=40)
 
 @pytest_asyncio.fixture(loop_scope="session")
 async def server(tiny_bundle):
-    s = build_server(Config(model_dir=tiny_bundle, server=ServerConfig(host="127.0.0.1", port=0, metrics_port=-1),
-                            batcher=BatcherConfig(mode="continuous", max_batch_size=16)))
-    await s.start()
-    await s.load()
+    s = await start_loaded(Config(model_dir=tiny_bundle,
+                                  server=ServerConfig(host="127.0.0.1", port=0, metrics_port=-1),
+                                  batcher=BatcherConfig(mode="continuous", max_batch_size=16)))
     engine = s.batcher.engine
     real_step = engine.step
 

@@ -22,6 +22,7 @@ from inference import grpc_service_pb2 as kpb, grpc_service_pb2_grpc as kpbg
 from service.kserve import KSERVE_SERVICE_NAME, OUTPUTS
 from service.server import build_server
 from tests import triton_calls
+from tests.live import serving
 from tests.test_server import config, metric_samples
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "kserve_client.py"
@@ -30,11 +31,8 @@ WORDS = ["attention", "knight", "a"]
 
 @pytest_asyncio.fixture(loop_scope="session", scope="module")
 async def server(tiny_bundle):
-    s = build_server(config(tiny_bundle))
-    await s.start()
-    await s.load()
-    yield s
-    await s.stop(0)
+    async with serving(config(tiny_bundle)) as s:
+        yield s
 
 
 @pytest.fixture(scope="module")

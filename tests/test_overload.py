@@ -12,7 +12,7 @@ import pytest_asyncio
 
 from attnserve.v1 import attnserve_pb2 as pb, attnserve_pb2_grpc as pbg
 from service.config import BatcherConfig, Config, ServerConfig
-from service.server import build_server
+from tests.live import serving
 
 WORDS = ["internationalization", "characteristically", "photosynthesis", "counterproductive",
          "incomprehensible", "extraordinarily", "misunderstanding", "responsibilities"]
@@ -27,12 +27,9 @@ def rss_bytes() -> int:
 
 @pytest_asyncio.fixture(loop_scope="session")
 async def server(tiny_bundle):
-    s = build_server(Config(model_dir=tiny_bundle, server=ServerConfig(host="127.0.0.1", port=0, metrics_port=-1),
-                            batcher=BatcherConfig(max_batch_size=2, max_queue_size=MAX_QUEUE)))
-    await s.start()
-    await s.load()
-    yield s
-    await s.stop(0)
+    async with serving(Config(model_dir=tiny_bundle, server=ServerConfig(host="127.0.0.1", port=0, metrics_port=-1),
+                              batcher=BatcherConfig(max_batch_size=2, max_queue_size=MAX_QUEUE))) as s:
+        yield s
 
 
 async def test_flood_at_four_times_capacity(server, capsys):

@@ -27,9 +27,9 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from attnserve.v1 import attnserve_pb2 as pb, attnserve_pb2_grpc as pbg
-from service.server import build_server
 from tests.conftest import free_port
 from tests.test_deploy import DASHBOARD, PROMETHEUS, _dashboard_queries, promql_metric_names
+from tests.live import serving
 from tests.test_server import config
 
 # Added by Prometheus at scrape time, so never on the server's own samples.
@@ -43,11 +43,8 @@ MAY_BE_EMPTY = {"Error rate", "Errors by status code"}
 @pytest_asyncio.fixture(loop_scope="session")
 async def server(tiny_bundle):
     """A fresh server per test, so that its counters start at zero."""
-    s = build_server(config(tiny_bundle))
-    await s.start()
-    await s.load()
-    yield s
-    await s.stop(0)
+    async with serving(config(tiny_bundle)) as s:
+        yield s
 
 
 async def transduce(server, words: list[str]) -> None:

@@ -10,8 +10,7 @@ import pytest_asyncio
 
 from attnserve.v1 import attnserve_pb2 as pb, attnserve_pb2_grpc as pbg
 from service.config import BatcherConfig, Config, RepositoryConfig, ServerConfig
-from service.server import build_server
-from tests.live import add_version
+from tests.live import add_version, start_loaded
 
 WORDS = ["attention", "knight", "phoenix", "a", "characteristically", "exit", "queue", "rhythm"]
 
@@ -28,13 +27,11 @@ async def started():
     servers = []
 
     async def start(model_dir, mode="continuous", **repository):
-        s = build_server(Config(model_dir=model_dir,
-                                server=ServerConfig(host="127.0.0.1", port=0, metrics_port=-1, grace_period_s=10),
-                                batcher=BatcherConfig(mode=mode, max_batch_size=16, max_wait_ms=2),
-                                repository=RepositoryConfig(**repository)))
+        s = await start_loaded(Config(model_dir=model_dir,
+                                      server=ServerConfig(host="127.0.0.1", port=0, metrics_port=-1, grace_period_s=10),
+                                      batcher=BatcherConfig(mode=mode, max_batch_size=16, max_wait_ms=2),
+                                      repository=RepositoryConfig(**repository)))
         servers.append(s)
-        await s.start()
-        await s.load()
         return s
 
     yield start

@@ -12,7 +12,7 @@ from service import client
 from service.config import Config, ServerConfig
 from service.security import TOKEN_ENV, SecurityError, channel_credentials, load_auth_token
 from service.server import build_server
-from tests.live import make_pki
+from tests.live import make_pki, start_loaded
 
 TOKEN = "s3cret-token-0123456789abcdef"
 
@@ -30,11 +30,8 @@ def token_file(tmp_path_factory):
 
 
 async def started(model_dir, **server):
-    s = build_server(Config(model_dir=model_dir, server=ServerConfig(host="127.0.0.1", port=0, metrics_port=-1,
-                                                                     **server)))
-    await s.start()
-    await s.load()
-    return s
+    return await start_loaded(Config(model_dir=model_dir, server=ServerConfig(host="127.0.0.1", port=0,
+                                                                             metrics_port=-1, **server)))
 
 
 @pytest_asyncio.fixture(loop_scope="session", scope="module")

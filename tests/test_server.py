@@ -15,6 +15,7 @@ from service.bundle import BundleError
 from service.config import BatcherConfig, Config, ServerConfig
 from service.server import build_server
 from service.servicer import SERVICE_NAME
+from tests.live import serving
 
 SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
@@ -29,11 +30,8 @@ def config(model_dir, mode="continuous", **server):
 
 @pytest_asyncio.fixture(loop_scope="session", scope="module", params=["continuous", "request"])
 async def server(tiny_bundle, request):
-    s = build_server(config(tiny_bundle, mode=request.param))
-    await s.start()
-    await s.load()
-    yield s
-    await s.stop(0)
+    async with serving(config(tiny_bundle, mode=request.param)) as s:
+        yield s
 
 
 @pytest_asyncio.fixture(loop_scope="session")
