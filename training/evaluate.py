@@ -45,19 +45,38 @@ def hyps_from_server(addr: str, sources: list, src_tokens: str, batch: int, time
     return hyps
 
 
-def hyps_from_bundle(path: str, sources: list, batch: int, beam_size: int, alpha: float, precision: str):
+def engine_hyps(engine, sources, options=None, batch_size: int = 256) -> dict[tuple[str, ...], list[str]]:
+    """The best output of every source through the ONNX engine, in-process, in batches sorted by
+    length: the one in-process evaluation loop (export, quantize, report and --bundle use it)."""
     from service.beam import beam_search
+    from service.engine import DecodeOptions
+
+    options = options or DecodeOptions()
+    hyps = {}
+    ordered = sorted(sources, key=len)
+    for i in range(0, len(ordered), batch_size):
+        chunk = [list(s) for s in ordered[i:i + batch_size]]
+        if options.beam_size == 1:
+            best = [[d] for d in engine.decode(chunk, [options.max_output_len] * len(chunk),
+                                               [options.attention_top_k] * len(chunk))]
+        else:
+            best = beam_search(engine, chunk, options)
+        hyps.update({tuple(s): h[0].output_tokens for s, h in zip(chunk, best)})
+    return hyps
+
+
+def evaluate_engine(engine, refs: dict, options=None) -> dict:
+    """WER/PER of the engine's best outputs on these references."""
+    s = score(engine_hyps(engine, list(refs), options), refs)
+    return {"wer": s.wer, "per": s.per, "words": s.words}
+
+
+def hyps_from_bundle(path: str, sources: list, batch: int, beam_size: int, alpha: float, precision: str):
     from service.bundle import load_bundle
     from service.engine import DecodeOptions, Engine, EngineConfig
 
     engine = Engine(load_bundle(path), EngineConfig(intra_op_threads=0, precision=precision))
-    opts = DecodeOptions(beam_size=beam_size, length_penalty_alpha=alpha)
-    hyps = {}
-    for i in range(0, len(sources), batch):
-        chunk = [list(s) for s in sources[i:i + batch]]
-        best = ([d] for d in engine.decode(chunk)) if beam_size == 1 else beam_search(engine, chunk, opts)
-        hyps.update({tuple(s): h[0].output_tokens for s, h in zip(chunk, best)})
-    return hyps
+    return engine_hyps(engine, sources, DecodeOptions(beam_size=beam_size, length_penalty_alpha=alpha), batch)
 
 
 def manifest_of(args) -> dict:

@@ -25,7 +25,7 @@ import torch
 import torch.nn as nn
 
 from training.data import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Vocab, load_cmudict, load_tsv, references
-from training.metrics import score
+from training.evaluate import evaluate_engine
 from training.model import DecoderState, ModelConfig, Seq2Seq
 from training.train import collate
 
@@ -151,17 +151,6 @@ def parity(model: Seq2Seq, engine, sources: list[tuple[str, ...]], src_vocab: Vo
             if self_attn is not None:
                 max_diff = max(max_diff, float(np.abs(self_attn[b, :, :S, :S].numpy() - d.self_attn).max()))
     return {"words": len(sources), "output_mismatches": mismatches, "max_attn_abs_diff": max_diff}
-
-
-def evaluate_engine(engine, refs: dict, batch_size: int = 256) -> dict:
-    hyps = {}
-    ordered = sorted(refs, key=len)
-    for i in range(0, len(ordered), batch_size):
-        chunk = ordered[i:i + batch_size]
-        for s, d in zip(chunk, engine.decode([list(s) for s in chunk])):
-            hyps[s] = d.output_tokens
-    sc = score(hyps, refs)
-    return {"wer": sc.wer, "per": sc.per, "words": sc.words}
 
 
 def build_bundle(checkpoint: Path, out: Path, name: str, version: str, parity_words: int) -> dict:

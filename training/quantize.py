@@ -21,8 +21,7 @@ from onnxruntime.quantization import QuantType, quantize_dynamic
 
 from service.bundle import load_bundle, write_manifest
 from service.engine import Engine, EngineConfig
-from training.evaluate import load_refs
-from training.export import evaluate_engine
+from training.evaluate import evaluate_engine, load_refs
 
 QUANTIZED_OPS = ["MatMul", "Gemm", "LSTM"]
 

@@ -25,6 +25,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from training.data import load_cmudict, references
+from training.evaluate import engine_hyps, evaluate_engine
 from training.metrics import score
 
 VARIANTS = {  # name: model flags; everything else (sizes, lr, seed, budget) is shared
@@ -70,17 +71,6 @@ def by_length(hyps: dict, refs: dict) -> dict[str, dict]:
     return out
 
 
-def engine_outputs(engine, sources: list[tuple[str, ...]], top_k: int = 0, batch_size: int = 256) -> dict:
-    """Greedy hypotheses through the ONNX engine, batches sorted by length (as evaluate_engine)."""
-    hyps = {}
-    ordered = sorted(sources, key=len)
-    for i in range(0, len(ordered), batch_size):
-        chunk = ordered[i:i + batch_size]
-        for s, d in zip(chunk, engine.decode([list(s) for s in chunk], top_k=[top_k] * len(chunk))):
-            hyps[s] = d.output_tokens
-    return hyps
-
-
 def subset(splits: dict, max_train_words: int, max_dev_words: int, seed: int) -> dict:
     """Train on a seeded sample of the training words (every pronunciation of each), select on a dev sample;
     the test split stays whole: it is what is measured."""
@@ -109,7 +99,7 @@ def run_variant(name: str, flags: dict, args, splits, desc, test_refs) -> dict:
     bundle_dir = args.work / "models" / name / "1"
     manifest = build_bundle(run_dir / "best.pt", bundle_dir, name, "1", args.parity_words)
     engine = Engine(load_bundle(bundle_dir), EngineConfig(intra_op_threads=args.threads, max_output_len=40))
-    hyps = engine_outputs(engine, list(test_refs))
+    hyps = engine_hyps(engine, list(test_refs))
     test = score(hyps, test_refs)
     row = {"name": name, "flags": flags, "parameters": manifest["parameters"],
            "train_minutes": result["minutes"], "epochs": result["epochs"],
@@ -123,13 +113,14 @@ def run_variant(name: str, flags: dict, args, splits, desc, test_refs) -> dict:
 def hard_attention_rows(best: dict, test_refs: dict, threads: int) -> list[dict]:
     """The best attention model decoded soft (as trained), hard and top-2 at inference."""
     from service.bundle import load_bundle
-    from service.engine import Engine, EngineConfig
+    from service.engine import DecodeOptions, Engine, EngineConfig
 
     engine = Engine(load_bundle(Path(best["bundle"])), EngineConfig(intra_op_threads=threads, max_output_len=40))
     rows = []
-    for mode, k in (("soft", 0), ("hard", 1), ("top-2", 2)):
-        sc = score(engine_outputs(engine, list(test_refs), top_k=k), test_refs)
-        rows.append({"mode": mode, "test_wer": sc.wer, "test_per": sc.per})
+    for mode, options in (("soft", DecodeOptions()), ("hard", DecodeOptions(attention_mode="hard")),
+                          ("top-2", DecodeOptions(attention_mode="topk", top_k=2))):
+        m = evaluate_engine(engine, test_refs, options)
+        rows.append({"mode": mode, "test_wer": m["wer"], "test_per": m["per"]})
     return rows
 
 
