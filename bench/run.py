@@ -1,6 +1,7 @@
 """`make bench`: every number side by side in one run, on one machine, on the test split's words.
 
     python -m bench.run [--bundle models/g2p-en/1] [--duration-s 8]
+    python -m bench.run --engine-only      # words/s of in-process decoding by batch size
 
 Writes bench/results/bench.json, bench/results/bench.md and bench/results/bench.png.
 Not a test: it measures. Machines are shared and noisy, so compare the ratios
@@ -114,6 +115,7 @@ def main(argv=None):
     p.add_argument("--bundle", default="models/g2p-en/1")
     p.add_argument("--duration-s", type=float, default=8.0)
     p.add_argument("--out", default="bench/results")
+    p.add_argument("--engine-only", action="store_true", help="only the in-process engine sweep, printed")
     args = p.parse_args(argv)
     bundle = load_bundle(args.bundle)
     refs = load_refs(bundle.manifest["data"], "test")
@@ -132,6 +134,8 @@ def main(argv=None):
 
     print("engine (in-process onnxruntime, no server)", flush=True)
     r["engine"] = engine_sweep(bundle, words, seconds=min(d, 4.0))
+    if args.engine_only:
+        return
     print("g2p-en (in-process numpy)", flush=True)
     from bench.peers import PEER_NOTE, g2p_en_outputs
     from training.metrics import score
