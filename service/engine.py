@@ -23,7 +23,7 @@ from service.bundle import Bundle
 
 @dataclass(frozen=True)
 class EngineConfig:
-    intra_op_threads: int = 1  # onnxruntime intra-op threads for the whole process
+    intra_op_threads: int = 2  # onnxruntime intra-op threads (0 = its default, one per physical core)
     max_output_len: int = 40  # hard cap on decoder steps per sequence
     precision: str = "fp32"  # fp32 | int8 (the bundle's dynamically quantized graphs, `make quantize`)
 
