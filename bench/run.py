@@ -161,10 +161,9 @@ def main(argv=None):
             m["b_16words_c16"] = load(s, str(words_file), d, concurrency=16, words_per_request=16)
             m["c_stream"] = load(s, str(words_file), d, mode="stream", concurrency=2, window=128)
             m["varied_c64"] = load(s, str(varied_file), d, concurrency=64)
-            if mode == "continuous":
-                rate_a = m["a_1word_c64"]["calls_per_s"]
-                m["open_loop"] = {f"{int(f * 100)}%": load(s, str(words_file), d, mode="open", rate=f * rate_a)
-                                  for f in OPEN_LOOP_FRACTIONS}
+            rate_a = m["a_1word_c64"]["calls_per_s"]
+            m["open_loop"] = {f"{int(f * 100)}%": load(s, str(words_file), d, mode="open", rate=f * rate_a)
+                              for f in OPEN_LOOP_FRACTIONS}
 
     print("naive PyTorch server (eager, one request at a time)", flush=True)
     ckpt = bundle.path / "checkpoint.pt"
