@@ -249,7 +249,7 @@ class ContinuousBatcher(Batcher):
                 self._wake.wait()
                 self._wake.clear()
                 continue
-            joining = self._pop_live(self.cfg.max_batch_size - len(seqs))
+            joining = self._pop_live(self.cfg.max_batch_size - len(seqs)) if self._admit_now(seqs) else []
             beams = [it for it in joining if it.options.beam_size > 1]
             if beams:  # beam search runs as its own batch between steps
                 joining = [it for it in joining if it.options.beam_size == 1]
@@ -269,6 +269,18 @@ class ContinuousBatcher(Batcher):
             if finished:
                 self._deliver([(q.item, [result]) for q, result in finished])
         self._deliver([(q.item, NotReady("server is shutting down")) for q in seqs])
+
+    def _admit_now(self, seqs: list[_Seq]) -> bool:
+        """Whether queued sources join at this step: at once when nothing decodes, else when the
+        oldest has waited max_join_wait_ms or enough wait to fill the batch (one encoder run for all)."""
+        if not seqs:
+            return True
+        try:
+            oldest = self._queue[0].enqueued_s
+        except IndexError:  # nothing queued
+            return False
+        return (len(self._queue) >= self.cfg.max_batch_size - len(seqs)
+                or (time.perf_counter() - oldest) * 1000 >= self.cfg.max_join_wait_ms)
 
     @staticmethod
     def _outcomes(items: list[_Item], decode) -> list[tuple[_Item, object]]:

@@ -121,6 +121,8 @@ def test_config_errors_name_the_field():
         BatcherConfig(max_batch_size=0)
     with pytest.raises(ValueError, match="max_wait_ms"):
         BatcherConfig(max_wait_ms=-1)
+    with pytest.raises(ValueError, match="max_join_wait_ms"):
+        BatcherConfig(max_join_wait_ms=-1)
 
 
 # --- continuous (step-level) batching -------------------------------------------------------
@@ -145,6 +147,7 @@ class StepEngine:
         self.cfg = EngineConfig(max_output_len=max_output_len)
         self.step_s = step_s  # a real step takes time; lets a test act between steps
         self.step_batches: list[list[str]] = []  # the sources in each step, in row order
+        self.encode_batches: list[list[str]] = []  # the sources of each encoder run
         self.fail_when = None
 
     def tokenize(self, text):
@@ -154,6 +157,7 @@ class StepEngine:
         return min(max_output_len or self.cfg.max_output_len, self.cfg.max_output_len)
 
     def encode(self, sources, top_k=None):
+        self.encode_batches.append(["".join(s) for s in sources])
         B, S = len(sources), max(len(s) for s in sources)
         enc = np.zeros((B, S, 1), dtype=np.float32)
         pad = np.ones((B, S), dtype=bool)
@@ -220,6 +224,40 @@ async def test_short_sequences_leave_without_waiting_for_long_ones():
     with_long = [i for i, batch in enumerate(engine.step_batches) if long_word in batch]
     assert all(long_word in engine.step_batches[i] for i in with_short)
     assert len(with_short) == 3 and max(with_short) < max(with_long)
+    await b.stop()
+
+
+@pytest.mark.parametrize("join_wait_ms", [0, 200])
+async def test_arrivals_during_decoding_wait_to_join_together(join_wait_ms):
+    engine = StepEngine(step_s=0.002)
+    b = await continuous(engine, max_batch_size=8, max_join_wait_ms=join_wait_ms)
+    long_call = asyncio.ensure_future(b.transduce(["x" * 35]))
+    while not engine.step_batches:  # an idle engine admits at once
+        await asyncio.sleep(0.001)
+    calls = []
+    for w in ("ab", "cd", "ef"):
+        calls.append(asyncio.ensure_future(b.transduce([w])))
+        await asyncio.sleep(0.01)
+    results = await asyncio.gather(*calls)
+    assert ["".join(r[0][0].output_tokens) for r in results] == ["ab", "cd", "ef"]
+    await long_call
+    if join_wait_ms:  # one encoder run for the three, once the first had waited 200 ms
+        assert engine.encode_batches == [["x" * 35], ["ab", "cd", "ef"]]
+    else:  # each joined at the next step, on its own
+        assert engine.encode_batches == [["x" * 35], ["ab"], ["cd"], ["ef"]]
+    await b.stop()
+
+
+async def test_a_full_batch_admits_without_waiting():
+    engine = StepEngine(step_s=0.002)
+    b = await continuous(engine, max_batch_size=3, max_join_wait_ms=10_000)
+    long_call = asyncio.ensure_future(b.transduce(["x" * 35]))
+    while not engine.step_batches:
+        await asyncio.sleep(0.001)
+    started = time.perf_counter()
+    await b.transduce(["ab", "cd"])  # fills the two free rows: no reason to wait
+    assert time.perf_counter() - started < 5
+    await long_call
     await b.stop()
 
 
