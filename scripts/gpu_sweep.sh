@@ -4,8 +4,8 @@
 #
 #   MINUTES=6.5 OUT=/tmp/out scripts/gpu_sweep.sh
 #
-# This is how the shipped model's candidates were trained (on one H200, see README
-# "Training the shipped model"); each line is an ordinary `python -m training.train`
+# This is how the shipped model's candidates were trained (on one H200; README,
+# "The shipped model"); each line is an ordinary `python -m training.train`
 # command that also runs, slower, on CPU with --device cpu.
 set -u
 MINUTES=${MINUTES:-6.5}
