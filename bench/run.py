@@ -121,12 +121,6 @@ def main(argv=None):
     refs = load_refs(bundle.manifest["data"], "test")
     words = ["".join(src) for src in refs]
     random.Random(0).shuffle(words)
-    tmp = Path(tempfile.mkdtemp(prefix="attnserve-bench-"))
-    words_file = tmp / "words.txt"
-    words_file.write_text("\n".join(words))
-    varied_file = tmp / "varied.txt"  # half very short, half long words: output lengths differ a lot
-    short, long_ = [w for w in words if len(w) <= 4], [w for w in words if len(w) >= 11]
-    varied_file.write_text("\n".join(w for pair in zip(short, long_) for w in pair))
     d = args.duration_s
     r: dict = {"machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
                            "platform": platform.platform()},
@@ -136,6 +130,12 @@ def main(argv=None):
     r["engine"] = engine_sweep(bundle, words, seconds=min(d, 4.0))
     if args.engine_only:
         return
+    tmp = Path(tempfile.mkdtemp(prefix="attnserve-bench-"))
+    words_file = tmp / "words.txt"
+    words_file.write_text("\n".join(words))
+    varied_file = tmp / "varied.txt"  # half very short, half long words: output lengths differ a lot
+    short, long_ = [w for w in words if len(w) <= 4], [w for w in words if len(w) >= 11]
+    varied_file.write_text("\n".join(w for pair in zip(short, long_) for w in pair))
     print("g2p-en (in-process numpy)", flush=True)
     from bench.peers import PEER_NOTE, g2p_en_outputs
     from training.metrics import score

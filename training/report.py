@@ -71,6 +71,15 @@ def by_length(hyps: dict, refs: dict) -> dict[str, dict]:
     return out
 
 
+def measure(bundle, test_refs: dict, threads: int) -> tuple:
+    """Greedy test-split score of a loaded bundle through the ONNX engine, and WER/PER by source length."""
+    from service.engine import Engine, EngineConfig
+
+    engine = Engine(bundle, EngineConfig(intra_op_threads=threads, max_output_len=40))
+    hyps = engine_hyps(engine, list(test_refs))
+    return score(hyps, test_refs), by_length(hyps, test_refs)
+
+
 def subset(splits: dict, max_train_words: int, max_dev_words: int, seed: int) -> dict:
     """Train on a seeded sample of the training words (every pronunciation of each), select on a dev sample;
     the test split stays whole: it is what is measured."""
@@ -85,7 +94,6 @@ def subset(splits: dict, max_train_words: int, max_dev_words: int, seed: int) ->
 
 def run_variant(name: str, flags: dict, args, splits, desc, test_refs) -> dict:
     from service.bundle import load_bundle
-    from service.engine import Engine, EngineConfig
     from training.export import build_bundle, parity_ok
     from training.train import TrainConfig, train
 
@@ -98,14 +106,12 @@ def run_variant(name: str, flags: dict, args, splits, desc, test_refs) -> dict:
     result = train(model, tcfg, splits, desc, run_dir)
     bundle_dir = args.work / "models" / name / "1"
     manifest = build_bundle(run_dir / "best.pt", bundle_dir, name, "1", args.parity_words)
-    engine = Engine(load_bundle(bundle_dir), EngineConfig(intra_op_threads=args.threads, max_output_len=40))
-    hyps = engine_hyps(engine, list(test_refs))
-    test = score(hyps, test_refs)
+    test, lengths = measure(load_bundle(bundle_dir), test_refs, args.threads)
     row = {"name": name, "flags": flags, "parameters": manifest["parameters"],
            "train_minutes": result["minutes"], "epochs": result["epochs"],
            "dev_wer": manifest["metrics"]["dev"]["wer"], "test_wer": test.wer, "test_per": test.per,
            "test_words": test.words, "parity_ok": parity_ok(manifest["parity"]), "parity": manifest["parity"],
-           "by_length": by_length(hyps, test_refs), "bundle": str(bundle_dir)}
+           "by_length": lengths, "bundle": str(bundle_dir)}
     print(json.dumps({k: row[k] for k in ("name", "test_wer", "test_per", "parameters", "train_minutes")}), flush=True)
     return row
 
@@ -127,20 +133,15 @@ def hard_attention_rows(best: dict, test_refs: dict, threads: int) -> list[dict]
 def shipped_row(model_dir: Path, test_refs: dict, threads: int) -> dict | None:
     """The shipped bundle, trained with its own (longer) budget, measured the same way as the variants."""
     from service.bundle import BundleError, load_bundle
-    from service.engine import Engine, EngineConfig
 
     try:
         bundle = load_bundle(model_dir)
     except BundleError as e:
         return {"error": str(e)}
     m = bundle.manifest
-    engine = Engine(bundle, EngineConfig(intra_op_threads=threads, max_output_len=40))
-    hyps = engine_hyps(engine, list(test_refs))
-    test = score(hyps, test_refs)
+    test, lengths = measure(bundle, test_refs, threads)
     return {"name": f"{m['name']} {m['version']}", "bundle": str(bundle.path), "model_config": m["model_config"],
-            "parameters": m["parameters"], "test_wer": test.wer, "test_per": test.per,
-            "by_length": by_length(hyps, test_refs), "training_minutes": m["training"]["minutes"],
-            "continued_from": "continued_from" in m["data"]}
+            "parameters": m["parameters"], "test_wer": test.wer, "test_per": test.per, "by_length": lengths}
 
 
 def g2p_en_row(test_refs: dict) -> dict:
@@ -214,7 +215,7 @@ def shipped_lines(shipped: dict | None) -> list[str]:
             f"`{shipped['bundle']}` ({shipped['name']}): {c['cell']} encoder ({'bi' if c['bidirectional'] else 'uni'}"
             f"directional, {c['enc_layers']} layers, {c['hidden_size']} units in all), {c['attention']} attention, "
             f"embeddings {c['emb_dim']}, dropout {c['dropout']}; {shipped['parameters']:,} parameters. It was "
-            "trained with its own, longer budget on a GPU, not the budget above (README, \"The shipped model\"; "
+            "trained with its own, longer budget, not the budget above (README, \"The shipped model\"; "
             "`make train` reproduces it), and is measured here the same way as the variants:", "",
             "| model | test WER % | test PER % | " + " | ".join(f"WER {b}" for b in shipped["by_length"]) + " |",
             "|---|---:|---:|" + "---:|" * len(shipped["by_length"]),
