@@ -1,8 +1,9 @@
 """The onnxruntime engine: the bundle's encoder and decoder-step graphs.
 
 Synchronous and free of any transport. Two ways in: `decode()` greedy-decodes
-a whole batch to the end (request-level batching), while `encode()` and
-`step()` let a scheduler add and remove rows between steps (continuous batching).
+a whole batch to the end (request-level batching), by default in one call to an
+ONNX Loop built around the decoder step (service/loop_graph.py), while `encode()`
+and `step()` let a scheduler add and remove rows between steps (continuous batching).
 
 What a bundle can do is read from its graphs, not assumed: a model without attention
 has no `attn` output (its Decoded.attn is None), and hard / top-k attention at
@@ -16,9 +17,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import onnx
 import onnxruntime as ort
 
 from service.bundle import Bundle
+from service.loop_graph import build_greedy_loop
 
 
 @dataclass(frozen=True)
@@ -26,10 +29,15 @@ class EngineConfig:
     intra_op_threads: int = 2  # onnxruntime intra-op threads (0 = its default, one per physical core)
     max_output_len: int = 40  # hard cap on decoder steps per sequence
     precision: str = "fp32"  # fp32 | int8 (the bundle's dynamically quantized graphs, `make quantize`)
+    # How decode() (request-level batching) runs greedy steps: "onnx" in one call to an ONNX Loop
+    # around the decoder-step graph (service/loop_graph.py), "python" one call per step.
+    greedy_loop: str = "onnx"
 
     def __post_init__(self):
         if self.precision not in ("fp32", "int8"):
             raise ValueError(f"precision must be 'fp32' or 'int8', got {self.precision!r}")
+        if self.greedy_loop not in ("onnx", "python"):
+            raise ValueError(f"greedy_loop must be 'onnx' or 'python', got {self.greedy_loop!r}")
         if self.intra_op_threads < 0:
             raise ValueError(f"intra_op_threads must be >= 0 (0 = onnxruntime default), got {self.intra_op_threads}")
         if self.max_output_len < 1:
@@ -190,6 +198,11 @@ class Engine:
         suffix = "" if cfg.precision == "fp32" else f".{cfg.precision}"
         self.encoder = ort.InferenceSession(str(bundle.graph_path("encoder" + suffix)), opts, providers=providers)
         self.decoder = ort.InferenceSession(str(bundle.graph_path("decoder_step" + suffix)), opts, providers=providers)
+        self.greedy_loop = None
+        if cfg.greedy_loop == "onnx":
+            loop = build_greedy_loop(onnx.load(bundle.graph_path("decoder_step" + suffix)), self.eos_id, self.pad_id)
+            self.greedy_loop = ort.InferenceSession(loop.SerializeToString(), opts, providers=providers)
+        self._loop_inputs = [i.name for i in self.greedy_loop.get_inputs()] if self.greedy_loop else []
         self._dec_inputs = {i.name for i in self.decoder.get_inputs()}
         self._dec_outputs = [o.name for o in self.decoder.get_outputs()]
         self._enc_outputs = [o.name for o in self.encoder.get_outputs()]
@@ -245,9 +258,22 @@ class Engine:
         """
         cap = self.cfg.max_output_len
         limits = np.array([min(n or cap, cap) for n in (max_output_lens or [cap] * len(sources))])  # (B,)
-        B = len(sources)
         run = self.encode(sources, top_k)
-        self_attn = run.self_attn
+        loop = self._loop_greedy if self.greedy_loop is not None else self._step_greedy
+        ids, steps, score, attn = loop(run, limits)
+        return [self.result(sources[b], ids[b, :steps[b]], None if attn is None else attn[b], float(score[b]),
+                            None if run.self_attn is None else run.self_attn[b]) for b in range(len(sources))]
+
+    def _loop_greedy(self, run: Running, limits: np.ndarray):
+        """All steps in one call to the ONNX Loop graph: ids (B, T), steps (B,), score (B,), attn (B, T, S)."""
+        inputs = {"y_prev": run.y_prev, **run.state, "enc_out": run.enc_out, "keys": run.keys,
+                  "pad_mask": run.pad_mask, "top_k": run.top_k, "max_output_len": limits.astype(np.int64)}
+        out = self.greedy_loop.run(None, {n: inputs[n] for n in self._loop_inputs})
+        return out[0], out[1], out[2], out[3] if self.has_attention else None
+
+    def _step_greedy(self, run: Running, limits: np.ndarray):
+        """One decoder-graph call per step: the same outputs as _loop_greedy."""
+        B = len(run)
         done = np.zeros(B, dtype=bool)
         score = np.zeros(B, dtype=np.float64)
         steps = np.zeros(B, dtype=np.int64)  # decoder steps each row took, </s> included
@@ -264,9 +290,7 @@ class Engine:
             if done.all():
                 break
         ids = np.stack(steps_ids, axis=1)  # (B, T)
-        attn = np.stack(steps_attn, axis=1) if self.has_attention else None  # (B, T, S)
-        return [self.result(sources[b], ids[b, :steps[b]], None if attn is None else attn[b], float(score[b]),
-                            None if self_attn is None else self_attn[b]) for b in range(B)]
+        return ids, steps, score, np.stack(steps_attn, axis=1) if self.has_attention else None  # (B, T, S)
 
     def limit(self, max_output_len: int) -> int:
         return min(max_output_len or self.cfg.max_output_len, self.cfg.max_output_len)

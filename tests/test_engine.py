@@ -1,16 +1,23 @@
 """The onnxruntime engine on a tiny real model."""
 import numpy as np
+import pytest
 
 from service.bundle import load_bundle
 from service.engine import Engine, EngineConfig
+
+
+@pytest.fixture(params=["onnx", "python"])
+def greedy_loop(request):
+    """decode() both ways: the bundle's ONNX Loop graph and the Python step loop."""
+    return request.param
 
 
 def make_engine(bundle, **kw):
     return Engine(load_bundle(bundle), EngineConfig(**kw))
 
 
-def test_shapes_labels_and_attention_rows(tiny_bundle):
-    engine = make_engine(tiny_bundle)
+def test_shapes_labels_and_attention_rows(tiny_bundle, greedy_loop):
+    engine = make_engine(tiny_bundle, greedy_loop=greedy_loop)
     words = ["attention", "a", "phoenix"]
     results = engine.decode([engine.tokenize(w) for w in words])
     for word, r in zip(words, results):
@@ -22,28 +29,42 @@ def test_shapes_labels_and_attention_rows(tiny_bundle):
         assert all(t in engine.tgt_vocab for t in r.output_tokens)
 
 
-def test_result_does_not_depend_on_batch_neighbours(tiny_bundle):
-    engine = make_engine(tiny_bundle)
+def test_result_does_not_depend_on_batch_neighbours(tiny_bundle, greedy_loop):
+    engine = make_engine(tiny_bundle, greedy_loop=greedy_loop)
     alone = engine.decode([list("cat")])[0]
     together = engine.decode([list("internationalization"), list("cat"), list("x")])[1]
     assert alone.output_tokens == together.output_tokens
     assert np.allclose(alone.attn, together.attn, atol=1e-5)
 
 
-def test_each_row_stops_at_its_own_length_limit(tiny_bundle):
-    engine = make_engine(tiny_bundle, max_output_len=30)
+def test_each_row_stops_at_its_own_length_limit(tiny_bundle, greedy_loop):
+    engine = make_engine(tiny_bundle, max_output_len=30, greedy_loop=greedy_loop)
     short, free = engine.decode([list("internationalization"), list("internationalization")], [2, 0])
     assert len(short.attn) == 2 and not short.finished
     assert len(free.attn) > 2
 
 
-def test_engine_cap_bounds_every_request(tiny_bundle):
-    engine = make_engine(tiny_bundle, max_output_len=3)
+def test_engine_cap_bounds_every_request(tiny_bundle, greedy_loop):
+    engine = make_engine(tiny_bundle, max_output_len=3, greedy_loop=greedy_loop)
     (r,) = engine.decode([list("internationalization")], [100])
     assert len(r.attn) <= 3
 
 
-def test_unknown_symbols_are_decoded_as_unk(tiny_bundle):
-    engine = make_engine(tiny_bundle)
+def test_unknown_symbols_are_decoded_as_unk(tiny_bundle, greedy_loop):
+    engine = make_engine(tiny_bundle, greedy_loop=greedy_loop)
     (r,) = engine.decode([list("a€b")])
     assert r.src_tokens == ["a", "€", "b"] and r.attn.shape[1] == 3
+
+
+def test_onnx_loop_decodes_exactly_as_the_step_loop(tiny_bundle):
+    loop, steps = make_engine(tiny_bundle), make_engine(tiny_bundle, greedy_loop="python")
+    assert loop.greedy_loop is not None and steps.greedy_loop is None
+    rng = np.random.default_rng(0)
+    letters = loop.src_vocab[4:]
+    words = [list(rng.choice(letters, size=rng.integers(1, 15))) for _ in range(60)]
+    limits = [int(n) for n in rng.integers(0, 14, size=60)]  # 0 = the engine's cap
+    modes = [int(k) for k in rng.integers(0, 3, size=60)]  # soft, hard, top-2
+    for a, b in zip(loop.decode(words, limits, modes), steps.decode(words, limits, modes)):
+        assert a.output_ids == b.output_ids and a.finished == b.finished
+        assert a.attn.shape == b.attn.shape and np.allclose(a.attn, b.attn, atol=1e-5)
+        assert a.score == pytest.approx(b.score, abs=1e-4)

@@ -96,6 +96,7 @@ async def test_variant_trains_exports_with_parity_and_serves(name, small_corpus,
     assert parity_ok(par) and par["words"] > 0, par
     has_attention = flags["attention"] != "none"
     assert ("hard" in par) == has_attention  # hard attention's parity, through the same step graph
+    assert par["onnx_loop"]["words"] == par["words"]  # and through the ONNX Loop graph
 
     calls = {"soft": request(), "beam": request(beam_size=3, n_best=2, return_attention=True),
              "hard": request(attention_mode=pb.ATTENTION_MODE_HARD),

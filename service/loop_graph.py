@@ -1,0 +1,103 @@
+"""Greedy decoding as one ONNX graph: an ONNX `Loop` around the bundle's decoder step.
+
+Built when the engine loads, from whichever decoder-step graph it serves (fp32 or
+int8): the step graph stays the one artifact, and its nodes become the Loop's body
+unchanged, with argmax, the running score and the stop test (</s> or each row's
+length limit) added around them. One onnxruntime call then decodes a whole batch,
+instead of one call per step with numpy between. The server uses it for
+request-level batching; continuous batching and beam search need the Python step
+loop (rows join, leave and reorder between steps), so both paths stay, and export
+checks parity with PyTorch through both.
+
+Inputs are the encoder's outputs as the step graph names them (y_prev, h, c, feed,
+enc_out, keys, pad_mask, top_k), plus `max_output_len` (B,): each row's step limit.
+Outputs: output_ids (B, T) (</s> included, then pad), steps (B,), score (B,) and,
+for a model with attention, attn (B, T, S).
+"""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import TensorProto
+from onnx import helper as oh
+from onnx import numpy_helper
+
+STATE_NAMES = ("h", "c", "feed")
+OUTER_NAMES = ("enc_out", "keys", "pad_mask", "top_k")  # read by every step, never changed
+
+
+def _value(name: str, elem: int, shape=None):
+    return oh.make_tensor_value_info(name, elem, shape)
+
+
+def _const(name: str, value) -> onnx.NodeProto:
+    return oh.make_node("Constant", [], [name], value=numpy_helper.from_array(np.array(value), name))
+
+
+def _greedy_body(step: onnx.GraphProto, state: list[str], has_attn: bool, eos_id: int, pad_id: int):
+    """One iteration: the step graph's nodes, then argmax, score, stop test. Carries
+    (y_prev, *state, done, steps, score); scans (output_ids, attn)."""
+    F, I64, BOOL = TensorProto.FLOAT, TensorProto.INT64, TensorProto.BOOL
+    nodes = list(step.node) + [
+        _const("loop_zero_f", np.float32(0)), _const("loop_zero_i", np.int64(0)),
+        _const("loop_eos", np.int64(eos_id)), _const("loop_pad", np.int64(pad_id)),
+        _const("loop_axis1", np.array([1], dtype=np.int64)),
+        oh.make_node("ArgMax", ["log_probs"], ["loop_y"], axis=-1, keepdims=0),  # (B,)
+        oh.make_node("Unsqueeze", ["loop_y", "loop_axis1"], ["loop_y_col"]),  # (B, 1)
+        oh.make_node("GatherElements", ["log_probs", "loop_y_col"], ["loop_lp_col"], axis=1),  # (B, 1)
+        oh.make_node("Squeeze", ["loop_lp_col", "loop_axis1"], ["loop_lp"]),  # (B,)
+        # Finished rows keep stepping with the batch but add nothing and emit pad.
+        oh.make_node("Where", ["loop_done", "loop_zero_f", "loop_lp"], ["loop_lp_live"]),
+        oh.make_node("Add", ["loop_score", "loop_lp_live"], ["loop_score_next"]),
+        oh.make_node("Not", ["loop_done"], ["loop_live"]),
+        oh.make_node("Cast", ["loop_live"], ["loop_live_i"], to=I64),
+        oh.make_node("Add", ["loop_steps", "loop_live_i"], ["loop_steps_next"]),
+        oh.make_node("Where", ["loop_done", "loop_pad", "loop_y"], ["loop_out_y"]),
+        oh.make_node("Equal", ["loop_y", "loop_eos"], ["loop_is_eos"]),
+        oh.make_node("GreaterOrEqual", ["loop_steps_next", "max_output_len"], ["loop_at_limit"]),
+        oh.make_node("Or", ["loop_done", "loop_is_eos"], ["loop_done_eos"]),
+        oh.make_node("Or", ["loop_done_eos", "loop_at_limit"], ["loop_done_next"]),
+        # Go on while any row is live: min over done (as 0/1) is 0.
+        oh.make_node("Cast", ["loop_done_next"], ["loop_done_next_i"], to=I64),
+        oh.make_node("ReduceMin", ["loop_done_next_i"], ["loop_all_done"], keepdims=0),
+        oh.make_node("Equal", ["loop_all_done", "loop_zero_i"], ["loop_cond_out"]),
+    ]
+    inputs = ([_value("loop_iter", I64, []), _value("loop_cond_in", BOOL, []), _value("y_prev", I64)]
+              + [_value(n, F) for n in state]
+              + [_value("loop_done", BOOL), _value("loop_steps", I64), _value("loop_score", F)])
+    outputs = ([_value("loop_cond_out", BOOL, []), _value("loop_y", I64)]
+               + [_value(f"{n}_next", F) for n in state]
+               + [_value("loop_done_next", BOOL), _value("loop_steps_next", I64), _value("loop_score_next", F),
+                  _value("loop_out_y", I64)] + ([_value("attn", F)] if has_attn else []))
+    return oh.make_graph(nodes, "greedy_step", inputs, outputs, initializer=list(step.initializer))
+
+
+def build_greedy_loop(step: onnx.ModelProto, eos_id: int, pad_id: int) -> onnx.ModelProto:
+    """The greedy-decoding graph around a decoder-step model (fp32 or quantized alike)."""
+    F, I64 = TensorProto.FLOAT, TensorProto.INT64
+    inputs = {i.name: i for i in step.graph.input}
+    state = [n for n in STATE_NAMES if n in inputs]
+    outer = [n for n in OUTER_NAMES if n in inputs]
+    has_attn = "attn" in {o.name for o in step.graph.output}
+    body = _greedy_body(step.graph, state, has_attn, eos_id, pad_id)
+    nodes = [
+        oh.make_node("ReduceMax", ["max_output_len"], ["max_steps"], keepdims=0),  # () the trip count
+        _const("cond0", np.array(True)),
+        oh.make_node("Equal", ["y_prev", "y_prev"], ["all_true"]),
+        oh.make_node("Not", ["all_true"], ["done0"]),  # (B,) False
+        oh.make_node("Sub", ["max_output_len", "max_output_len"], ["steps0"]),  # (B,) 0
+        oh.make_node("Cast", ["steps0"], ["score0"], to=F),  # (B,) 0.0
+        oh.make_node("Loop", ["max_steps", "cond0", "y_prev", *state, "done0", "steps0", "score0"],
+                     ["y_last", *[f"{n}_last" for n in state], "done", "steps", "score", "ids_tb"]
+                     + (["attn_tbs"] if has_attn else []), body=body),
+        oh.make_node("Transpose", ["ids_tb"], ["output_ids"], perm=[1, 0]),  # (T, B) -> (B, T)
+    ] + ([oh.make_node("Transpose", ["attn_tbs"], ["attn"], perm=[1, 0, 2])] if has_attn else [])
+    graph = oh.make_graph(
+        nodes, "greedy_decode",
+        [inputs["y_prev"], *[inputs[n] for n in state + outer], _value("max_output_len", I64, ["batch"])],
+        [_value("output_ids", I64, ["batch", "steps"]), _value("steps", I64, ["batch"]),
+         _value("score", F, ["batch"])]
+        + ([_value("attn", F, ["batch", "steps", "src_time"])] if has_attn else []))
+    model = oh.make_model(graph, opset_imports=list(step.opset_import), ir_version=step.ir_version)
+    onnx.checker.check_model(model)
+    return model
