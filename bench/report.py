@@ -121,22 +121,23 @@ def plot(r: dict, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.5))
-    names, values = [], []
-    for label, x in [("naive torch", r["naive_torch"]), ("(a) 1 word/req", r["continuous"]["a_1word_c64"]),
-                     ("(b) 16 words/req", r["continuous"]["b_16words_c16"]), ("(c) stream", r["continuous"]["c_stream"]),
-                     ("request mode (a)", r["request"]["a_1word_c64"])]:
-        names.append(label)
-        values.append(x["words_per_s"])
+    names, values = ["naive torch"], [r["naive_torch"]["words_per_s"]]
+    for mode in MODES:
+        for label, key in (("(a) 1 word/req", "a_1word_c64"), ("(b) 16 words/req", "b_16words_c16"),
+                           ("(c) stream", "c_stream")):
+            names.append(f"{mode} {label}")
+            values.append(r[mode][key]["words_per_s"])
     names += ["engine ceiling E", "g2p-en"]
     values += [best(r["engine"], "fp32/")[1], r["g2p_en"]["words_per_s"]]
     ax1.barh(names, values, color="steelblue")
     ax1.set_xlabel("words / second")
     ax1.set_title("Throughput")
-    ol = r["continuous"]["open_loop"]
-    xs = [int(k.rstrip("%")) for k in ol]
-    ax2.plot(xs, [v["p50_ms"] for v in ol.values()], "o-", label="p50")
-    ax2.plot(xs, [v["p99_ms"] for v in ol.values()], "s-", label="p99")
-    ax2.axhline(r["continuous"]["unloaded"]["p50_ms"], color="grey", ls="--", label="unloaded p50")
+    for mode, color in (("request", "tab:blue"), ("continuous", "tab:orange")):
+        ol = r[mode]["open_loop"]
+        xs = [int(k.rstrip("%")) for k in ol]
+        ax2.plot(xs, [v["p50_ms"] for v in ol.values()], "o-", color=color, label=f"{mode} p50")
+        ax2.plot(xs, [v["p99_ms"] for v in ol.values()], "s--", color=color, label=f"{mode} p99")
+        ax2.axhline(r[mode]["unloaded"]["p50_ms"], color=color, ls=":", label=f"{mode} unloaded p50")
     ax2.set_xlabel("offered load, % of (a)'s throughput")
     ax2.set_ylabel("latency, ms")
     ax2.set_title("Open loop (Poisson), 1 word per request")

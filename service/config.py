@@ -59,7 +59,10 @@ BATCHING_MODES = ("continuous", "request")
 
 @dataclass(frozen=True)
 class BatcherConfig:
-    mode: str = "continuous"  # continuous: sequences join/leave between decoder steps; request: whole batches
+    # request: whole batches, greedy-decoded in one ONNX Loop call; continuous: sequences join and
+    # leave between decoder steps. `make bench` decides the default: for the shipped model on 2 cores
+    # request mode won single-word throughput, tails under load and unloaded latency (README, Performance).
+    mode: str = "request"
     max_batch_size: int = 64  # sources decoded together
     # Request mode: how long a first arrival waits for company. 0 measured better here: batches
     # run one at a time, so under load arrivals gather while the engine is busy anyway, and an idle
