@@ -7,13 +7,13 @@ from pathlib import Path
 
 
 def best(engine: dict, prefix: str, suffix: str = "") -> tuple[str, float]:
-    """The fastest engine run whose key ("<precision>/<loop>/threads=<n>/batch=<b>") fits prefix/suffix."""
+    """The fastest engine run whose key ("<precision>/<loop>/batch=<b>") fits prefix/suffix."""
     key = max((k for k in engine if k.startswith(prefix) and k.endswith(suffix)), key=engine.get)
     return key, engine[key]
 
 
 def loop_rows(engine: dict) -> list[tuple[str, float, float, float]]:
-    """(precision/threads/batch, ONNX Loop words/s, step loop words/s, ratio) where both were measured."""
+    """(precision/batch, ONNX Loop words/s, step loop words/s, ratio) where both were measured."""
     rows = []
     for key, step in engine.items():
         precision, loop, rest = key.split("/", 2)
@@ -68,9 +68,7 @@ def targets(r: dict) -> list[dict]:
          f"E {E:.0f} words/s; g2p-en {r['g2p_en']['words_per_s']:.0f} words/s"),
     ]
     if any(k.startswith("int8/") for k in r["engine"]) and r["wer"].get("int8"):
-        # One thread each: the quantized kernels' speed, not how well each uses a second core.
-        (k8, int8), (k32, fp32) = best(r["engine"], "int8/", "/threads=1/batch=64"), best(
-            r["engine"], "fp32/", "/threads=1/batch=64")
+        (k8, int8), (k32, fp32) = best(r["engine"], "int8/", "/batch=64"), best(r["engine"], "fp32/", "/batch=64")
         dwer = 100 * (r["wer"]["int8"]["wer"] - r["wer"]["fp32"]["wer"])
         rows.append(("7a. int8 faster at batch 64", int8 / fp32, 1.0,
                      f"int8 {int8:.0f} ({k8}) vs fp32 {fp32:.0f} words/s ({k32})"))
@@ -106,7 +104,7 @@ def markdown(r: dict, rows: list[dict]) -> str:
     lines += [f"| {k} | {v:.0f} |" for k, v in r["engine"].items()]
     lines += ["", "Greedy decoding in one ONNX Loop call vs one decoder-graph call per step (request-level "
               "batching uses the Loop; continuous batching needs the step loop):", "",
-              "| precision/threads/batch | ONNX Loop words/s | step loop words/s | Loop / step loop |",
+              "| precision/batch | ONNX Loop words/s | step loop words/s | Loop / step loop |",
               "|---|---|---|---|"]
     lines += [f"| {k} | {a:.0f} | {b:.0f} | {x:.2f} |" for k, a, b, x in loop_rows(r["engine"])]
     lines += ["", f"g2p-en: {r['g2p_en']['words_per_s']:.0f} words/s in-process; WER on 600 test words "

@@ -68,3 +68,20 @@ def test_onnx_loop_decodes_exactly_as_the_step_loop(tiny_bundle):
         assert a.output_ids == b.output_ids and a.finished == b.finished
         assert a.attn.shape == b.attn.shape and np.allclose(a.attn, b.attn, atol=1e-5)
         assert a.score == pytest.approx(b.score, abs=1e-4)
+
+
+def test_engines_share_the_process_onnxruntime_thread_pool(tiny_bundle, caplog):
+    import logging
+    import os
+
+    import service.engine
+
+    make_engine(tiny_bundle).decode([list("cat")])  # the process's pool exists from here on
+    before = len(os.listdir("/proc/self/task"))
+    engines = [make_engine(tiny_bundle, greedy_loop=loop) for loop in ("onnx", "python", "onnx")]
+    for e in engines:
+        e.decode([list("cat"), list("internationalization")])
+    assert len(os.listdir("/proc/self/task")) == before  # 9 more sessions, no more threads
+    with caplog.at_level(logging.WARNING, logger="service.engine"):
+        make_engine(tiny_bundle, intra_op_threads=service.engine._process_pool_threads + 1)
+    assert "ignored" in caplog.text  # the pool cannot be resized; saying so beats a silent no-op
