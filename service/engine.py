@@ -226,6 +226,7 @@ class Engine:
             loop = build_greedy_loop(onnx.load(bundle.graph_path("decoder_step" + suffix)), self.eos_id, self.pad_id)
             self.greedy_loop = ort.InferenceSession(loop.SerializeToString(), opts, providers=providers)
         self._loop_inputs = [i.name for i in self.greedy_loop.get_inputs()] if self.greedy_loop else []
+        self._loop_outputs = [o.name for o in self.greedy_loop.get_outputs()] if self.greedy_loop else []
         self._dec_inputs = {i.name for i in self.decoder.get_inputs()}
         self._dec_outputs = [o.name for o in self.decoder.get_outputs()]
         self._enc_outputs = [o.name for o in self.encoder.get_outputs()]
@@ -291,8 +292,8 @@ class Engine:
         """All steps in one call to the ONNX Loop graph: ids (B, T), steps (B,), score (B,), attn (B, T, S)."""
         inputs = {"y_prev": run.y_prev, **run.state, "enc_out": run.enc_out, "keys": run.keys,
                   "pad_mask": run.pad_mask, "top_k": run.top_k, "max_output_len": limits.astype(np.int64)}
-        out = self.greedy_loop.run(None, {n: inputs[n] for n in self._loop_inputs})
-        return out[0], out[1], out[2], out[3] if self.has_attention else None
+        out = dict(zip(self._loop_outputs, self.greedy_loop.run(None, {n: inputs[n] for n in self._loop_inputs})))
+        return out["output_ids"], out["steps"], out["score"], out.get("attn")
 
     def _step_greedy(self, run: Running, limits: np.ndarray):
         """One decoder-graph call per step: the same outputs as _loop_greedy."""
