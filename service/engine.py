@@ -293,7 +293,7 @@ class Engine:
         inputs = {"y_prev": run.y_prev, **run.state, "enc_out": run.enc_out, "keys": run.keys,
                   "pad_mask": run.pad_mask, "top_k": run.top_k, "max_output_len": limits.astype(np.int64)}
         out = dict(zip(self._loop_outputs, self.greedy_loop.run(None, {n: inputs[n] for n in self._loop_inputs})))
-        return out["output_ids"], out["steps"], out["score"], out.get("attn")
+        return out["ids"], out["steps"], out["score"], out.get("attn")
 
     def _step_greedy(self, run: Running, limits: np.ndarray):
         """One decoder-graph call per step: the same outputs as _loop_greedy."""

@@ -11,8 +11,8 @@ checks parity with PyTorch through both.
 
 Inputs are the encoder's outputs as the step graph names them (y_prev, h, c, feed,
 enc_out, keys, pad_mask, top_k), plus `max_output_len` (B,): each row's step limit.
-Outputs: output_ids (B, T) (</s> included, then pad), steps (B,), score (B,) and,
-for a model with attention, attn (B, T, S).
+Outputs: ids (B, T), each step's emitted id (</s> included, then pad; Decoded.output_ids
+leaves </s> out), steps (B,), score (B,) and, for a model with attention, attn (B, T, S).
 """
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ def _const(name: str, value) -> onnx.NodeProto:
 
 def _greedy_body(step: onnx.GraphProto, state: list[str], has_attn: bool, eos_id: int, pad_id: int):
     """One iteration: the step graph's nodes, then argmax, score, stop test. Carries
-    (y_prev, *state, done, steps, score); scans (output_ids, attn)."""
+    (y_prev, *state, done, steps, score); scans (ids, attn)."""
     F, I64, BOOL = TensorProto.FLOAT, TensorProto.INT64, TensorProto.BOOL
     nodes = list(step.node) + [
         _const("loop_zero_f", np.float32(0)), _const("loop_zero_i", np.int64(0)),
@@ -90,12 +90,12 @@ def build_greedy_loop(step: onnx.ModelProto, eos_id: int, pad_id: int) -> onnx.M
         oh.make_node("Loop", ["max_steps", "cond0", "y_prev", *state, "done0", "steps0", "score0"],
                      ["y_last", *[f"{n}_last" for n in state], "done", "steps", "score", "ids_tb"]
                      + (["attn_tbs"] if has_attn else []), body=body),
-        oh.make_node("Transpose", ["ids_tb"], ["output_ids"], perm=[1, 0]),  # (T, B) -> (B, T)
+        oh.make_node("Transpose", ["ids_tb"], ["ids"], perm=[1, 0]),  # (T, B) -> (B, T)
     ] + ([oh.make_node("Transpose", ["attn_tbs"], ["attn"], perm=[1, 0, 2])] if has_attn else [])
     graph = oh.make_graph(
         nodes, "greedy_decode",
         [inputs["y_prev"], *[inputs[n] for n in state + outer], _value("max_output_len", I64, ["batch"])],
-        [_value("output_ids", I64, ["batch", "steps"]), _value("steps", I64, ["batch"]),
+        [_value("ids", I64, ["batch", "steps"]), _value("steps", I64, ["batch"]),
          _value("score", F, ["batch"])]
         + ([_value("attn", F, ["batch", "steps", "src_time"])] if has_attn else []))
     model = oh.make_model(graph, opset_imports=list(step.opset_import), ir_version=step.ir_version)
