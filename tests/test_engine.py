@@ -1,7 +1,11 @@
 """The onnxruntime engine on a tiny real model."""
+import logging
+import os
+
 import numpy as np
 import pytest
 
+import service.engine
 from service.bundle import load_bundle
 from service.engine import Engine, EngineConfig
 
@@ -71,11 +75,6 @@ def test_onnx_loop_decodes_exactly_as_the_step_loop(tiny_bundle):
 
 
 def test_engines_share_the_process_onnxruntime_thread_pool(tiny_bundle, caplog):
-    import logging
-    import os
-
-    import service.engine
-
     make_engine(tiny_bundle).decode([list("cat")])  # the process's pool exists from here on
     before = len(os.listdir("/proc/self/task"))
     engines = [make_engine(tiny_bundle, greedy_loop=loop) for loop in ("onnx", "python", "onnx")]
