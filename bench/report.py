@@ -88,11 +88,14 @@ def markdown(r: dict, rows: list[dict]) -> str:
               f"{x['detail']} |" for x in rows]
     lines += ["", "| server run | mode | words/s | calls/s | p50 ms | p90 ms | p99 ms | errors | client CPU | server CPU |",
               "|---|---|---|---|---|---|---|---|---|---|"]
-    for mode in ("continuous", "request"):
+    for mode in ("continuous", "request", "request_int8"):
+        if mode not in r:  # no int8 graphs in the bundle
+            continue
         runs = dict(r[mode])
         runs.update({f"open loop {k}": v for k, v in runs.pop("open_loop", {}).items()})
+        label = mode.replace("_int8", ", int8")
         for name, x in runs.items():
-            lines.append(f"| {name} | {mode} | {x['words_per_s']:.0f} | {x['calls_per_s']:.0f} | {x['p50_ms']:.2f} | "
+            lines.append(f"| {name} | {label} | {x['words_per_s']:.0f} | {x['calls_per_s']:.0f} | {x['p50_ms']:.2f} | "
                          f"{x['p90_ms']:.2f} | {x['p99_ms']:.2f} | {x['errors']} | {x['client_cpu_util']:.2f} | "
                          f"{x['server_cpu_util']:.2f} |")
     for name in ("echo", "echo_unloaded", "naive_torch"):

@@ -170,6 +170,12 @@ def main(argv=None):
             rate_a = m["a_1word_c64"]["calls_per_s"]
             m["open_loop"] = {f"{int(f * 100)}%": load(s, str(words_file), d, mode="open", rate=f * rate_a)
                               for f in OPEN_LOOP_FRACTIONS}
+    if "encoder.int8" in bundle.manifest["graphs"]:
+        print("attnserve, request batching, int8 (--precision int8)", flush=True)
+        with Server(server_argv + ["--mode", "request", "--precision", "int8"]) as s:
+            r["request_int8"] = {"unloaded": load(s, str(words_file), d / 2, concurrency=1),
+                                 "a_1word_c64": load(s, str(words_file), d, concurrency=64),
+                                 "b_16words_c16": load(s, str(words_file), d, concurrency=16, words_per_request=16)}
 
     print("naive PyTorch server (eager, one request at a time)", flush=True)
     ckpt = bundle.path / "checkpoint.pt"
