@@ -89,6 +89,13 @@ def load(server: Server, words_file: str, duration_s: float, **kw) -> dict:
     return result
 
 
+def closed_loop(server: Server, words_file: Path, d: float) -> dict:
+    """Unloaded latency, (a) 1 word per request at concurrency 64, (b) 16 words per request at 16."""
+    return {"unloaded": load(server, str(words_file), d / 2, concurrency=1),
+            "a_1word_c64": load(server, str(words_file), d, concurrency=64),
+            "b_16words_c16": load(server, str(words_file), d, concurrency=16, words_per_request=16)}
+
+
 def engine_sweep(bundle, words: list[str], seconds: float) -> dict:
     """In-process onnxruntime greedy decoding, no server: words/s by precision, decode loop and
     batch size, with the server's thread pool (the process's one pool is sized once, by the first
@@ -161,10 +168,7 @@ def main(argv=None):
     for mode in ("continuous", "request"):
         print(f"attnserve, {mode} batching", flush=True)
         with Server(server_argv + ["--mode", mode]) as s:
-            m = r[mode] = {}
-            m["unloaded"] = load(s, str(words_file), d / 2, concurrency=1)
-            m["a_1word_c64"] = load(s, str(words_file), d, concurrency=64)
-            m["b_16words_c16"] = load(s, str(words_file), d, concurrency=16, words_per_request=16)
+            m = r[mode] = closed_loop(s, words_file, d)
             m["c_stream"] = load(s, str(words_file), d, mode="stream", concurrency=2, window=128)
             m["varied_c64"] = load(s, str(varied_file), d, concurrency=64)
             rate_a = m["a_1word_c64"]["calls_per_s"]
@@ -173,9 +177,7 @@ def main(argv=None):
     if "encoder.int8" in bundle.manifest["graphs"]:
         print("attnserve, request batching, int8 (--precision int8)", flush=True)
         with Server(server_argv + ["--mode", "request", "--precision", "int8"]) as s:
-            r["request_int8"] = {"unloaded": load(s, str(words_file), d / 2, concurrency=1),
-                                 "a_1word_c64": load(s, str(words_file), d, concurrency=64),
-                                 "b_16words_c16": load(s, str(words_file), d, concurrency=16, words_per_request=16)}
+            r["request_int8"] = closed_loop(s, words_file, d)
 
     print("naive PyTorch server (eager, one request at a time)", flush=True)
     ckpt = bundle.path / "checkpoint.pt"

@@ -71,11 +71,11 @@ def by_length(hyps: dict, refs: dict) -> dict[str, dict]:
     return out
 
 
-def measure(bundle, test_refs: dict, threads: int) -> tuple:
+def measure(bundle, test_refs: dict) -> tuple:
     """Greedy test-split score of a loaded bundle through the ONNX engine, and WER/PER by source length."""
     from service.engine import Engine, EngineConfig
 
-    engine = Engine(bundle, EngineConfig(intra_op_threads=threads, max_output_len=40))
+    engine = Engine(bundle, EngineConfig(intra_op_threads=0, max_output_len=40))
     hyps = engine_hyps(engine, list(test_refs))
     return score(hyps, test_refs), by_length(hyps, test_refs)
 
@@ -106,7 +106,7 @@ def run_variant(name: str, flags: dict, args, splits, desc, test_refs) -> dict:
     result = train(model, tcfg, splits, desc, run_dir)
     bundle_dir = args.work / "models" / name / "1"
     manifest = build_bundle(run_dir / "best.pt", bundle_dir, name, "1", args.parity_words)
-    test, lengths = measure(load_bundle(bundle_dir), test_refs, args.threads)
+    test, lengths = measure(load_bundle(bundle_dir), test_refs)
     row = {"name": name, "flags": flags, "parameters": manifest["parameters"],
            "train_minutes": result["minutes"], "epochs": result["epochs"],
            "dev_wer": manifest["metrics"]["dev"]["wer"], "test_wer": test.wer, "test_per": test.per,
@@ -116,12 +116,12 @@ def run_variant(name: str, flags: dict, args, splits, desc, test_refs) -> dict:
     return row
 
 
-def hard_attention_rows(best: dict, test_refs: dict, threads: int) -> list[dict]:
+def hard_attention_rows(best: dict, test_refs: dict) -> list[dict]:
     """The best attention model decoded soft (as trained), hard and top-2 at inference."""
     from service.bundle import load_bundle
     from service.engine import DecodeOptions, Engine, EngineConfig
 
-    engine = Engine(load_bundle(Path(best["bundle"])), EngineConfig(intra_op_threads=threads, max_output_len=40))
+    engine = Engine(load_bundle(Path(best["bundle"])), EngineConfig(intra_op_threads=0, max_output_len=40))
     rows = []
     for mode, options in (("soft", DecodeOptions()), ("hard", DecodeOptions(attention_mode="hard")),
                           ("top-2", DecodeOptions(attention_mode="topk", top_k=2))):
@@ -130,7 +130,7 @@ def hard_attention_rows(best: dict, test_refs: dict, threads: int) -> list[dict]
     return rows
 
 
-def shipped_row(model_dir: Path, test_refs: dict, threads: int) -> dict | None:
+def shipped_row(model_dir: Path, test_refs: dict) -> dict | None:
     """The shipped bundle, trained with its own (longer) budget, measured the same way as the variants."""
     from service.bundle import BundleError, load_bundle
 
@@ -139,7 +139,7 @@ def shipped_row(model_dir: Path, test_refs: dict, threads: int) -> dict | None:
     except BundleError as e:
         return {"error": str(e)}
     m = bundle.manifest
-    test, lengths = measure(bundle, test_refs, threads)
+    test, lengths = measure(bundle, test_refs)
     return {"name": f"{m['name']} {m['version']}", "bundle": str(bundle.path), "model_config": m["model_config"],
             "parameters": m["parameters"], "test_wer": test.wer, "test_per": test.per, "by_length": lengths}
 
@@ -159,7 +159,7 @@ def plot_heatmaps(bundle_dir: str, name: str, path: Path) -> None:
     from service.bundle import load_bundle
     from service.engine import Engine, EngineConfig
 
-    engine = Engine(load_bundle(Path(bundle_dir)), EngineConfig(intra_op_threads=1))
+    engine = Engine(load_bundle(Path(bundle_dir)), EngineConfig(intra_op_threads=0))
     decoded = engine.decode([list(w) for w in HEATMAP_WORDS])
     fig = Figure(figsize=(4 * len(decoded), 4), layout="constrained")
     FigureCanvasAgg(fig)
@@ -193,7 +193,9 @@ def plot_by_length(rows: list[dict], path: Path) -> None:
 
 def parity_cell(par: dict) -> str:
     """ok, or what failed: output mismatches, or the largest attention difference over 1e-4."""
-    worst = max([par, par.get("hard", par), par.get("onnx_loop", par)], key=lambda p: (p["output_mismatches"], p["max_attn_abs_diff"]))
+    from training.export import parity_checks
+
+    worst = max(parity_checks(par), key=lambda p: (p["output_mismatches"], p["max_attn_abs_diff"]))
     if worst["output_mismatches"]:
         return f"FAILED: {worst['output_mismatches']} outputs differ"
     if worst["max_attn_abs_diff"] > 1e-4:
@@ -303,7 +305,8 @@ def main(argv=None):
     p.add_argument("--patience-epochs", type=int, default=4)
     p.add_argument("--parity-words", type=int, default=2000)
     p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--threads", type=int, default=2, help="torch threads for training (the ONNX engines use one "
+                   "onnxruntime pool of one thread per core)")
     p.add_argument("--work", type=Path, default=Path("runs/report"), help="checkpoints and bundles")
     p.add_argument("--out", type=Path, default=Path("docs"), help="RESULTS.md and results/")
     p.add_argument("--shipped", type=Path, default=Path("models/g2p-en"), help="the shipped model, measured beside")
@@ -328,9 +331,9 @@ def main(argv=None):
     rows = [run_variant(name, VARIANTS[name], args, splits, desc, test_refs) for name in args.variants.split(",")]
     attention_rows = [r for r in rows if r["flags"]["attention"] != "none"] or rows
     best = min(attention_rows, key=lambda r: r["dev_wer"])
-    hard = hard_attention_rows(best, test_refs, args.threads) if best["flags"]["attention"] != "none" else []
+    hard = hard_attention_rows(best, test_refs) if best["flags"]["attention"] != "none" else []
     g2p = g2p_en_row(test_refs)
-    shipped = shipped_row(args.shipped, test_refs, args.threads) if args.shipped.exists() else None
+    shipped = shipped_row(args.shipped, test_refs) if args.shipped.exists() else None
     results_dir = args.out / "results"
     results_dir.mkdir(parents=True, exist_ok=True)
     plot_by_length(rows, results_dir / "length_buckets.png")
