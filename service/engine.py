@@ -316,6 +316,13 @@ class Engine:
         ids = np.stack(steps_ids, axis=1)  # (B, T)
         return ids, steps, score, np.stack(steps_attn, axis=1) if self.has_attention else None  # (B, T, S)
 
+    def warm_up(self, sources: list[list[str]]) -> None:
+        """Run every session once, since the first run of each is the slow one: the encoder and
+        the greedy path through decode(), and the decoder-step graph (continuous batching, beam
+        search) through one step even when decode() uses the ONNX Loop."""
+        self.decode(sources)
+        self.step(self.encode(sources))
+
     def limit(self, max_output_len: int) -> int:
         return min(max_output_len or self.cfg.max_output_len, self.cfg.max_output_len)
 

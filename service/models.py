@@ -29,9 +29,9 @@ WARMUP_WORDS = ["warmup", "a", "attention"]
 
 
 def warm_engine(bundle: Bundle, cfg: EngineConfig) -> Engine:
-    """Load the bundle's graphs and run a first batch through them (the first run is the slow one)."""
+    """Load the bundle's graphs and run a first batch through each (the first run is the slow one)."""
     engine = Engine(bundle, cfg)
-    engine.decode([engine.tokenize(w) for w in WARMUP_WORDS])
+    engine.warm_up([engine.tokenize(w) for w in WARMUP_WORDS])
     return engine
 
 

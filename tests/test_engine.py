@@ -84,3 +84,21 @@ def test_engines_share_the_process_onnxruntime_thread_pool(tiny_bundle, caplog):
     with caplog.at_level(logging.WARNING, logger="service.engine"):
         make_engine(tiny_bundle, intra_op_threads=service.engine._process_pool_threads + 1)
     assert "ignored" in caplog.text  # the pool cannot be resized; saying so beats a silent no-op
+
+
+def test_warm_up_runs_the_step_graph_too(tiny_bundle):
+    """decode() goes through the ONNX Loop, so warming up must also run the decoder-step graph
+    that continuous batching and beam search use."""
+    engine = make_engine(tiny_bundle)
+
+    class Counting:
+        def __init__(self, session):
+            self.session, self.runs = session, 0
+
+        def run(self, *args, **kw):
+            self.runs += 1
+            return self.session.run(*args, **kw)
+
+    engine.decoder, engine.greedy_loop = Counting(engine.decoder), Counting(engine.greedy_loop)
+    engine.warm_up([list("cat"), list("a")])
+    assert engine.decoder.runs >= 1 and engine.greedy_loop.runs >= 1
