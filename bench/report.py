@@ -7,7 +7,7 @@ from pathlib import Path
 
 
 def best(engine: dict, prefix: str, suffix: str = "") -> tuple[str, float]:
-    """The fastest engine run whose key ("<precision>/<loop>/batch=<b>") fits prefix/suffix."""
+    """The fastest engine run whose key ("<precision>/greedy-loop=<onnx|python>/batch=<b>") fits prefix/suffix."""
     key = max((k for k in engine if k.startswith(prefix) and k.endswith(suffix)), key=engine.get)
     return key, engine[key]
 
@@ -17,8 +17,8 @@ def loop_rows(engine: dict) -> list[tuple[str, float, float, float]]:
     rows = []
     for key, step in engine.items():
         precision, loop, rest = key.split("/", 2)
-        onnx = engine.get(f"{precision}/onnx-loop/{rest}")
-        if loop == "step-loop" and onnx:
+        onnx = engine.get(f"{precision}/greedy-loop=onnx/{rest}")
+        if loop == "greedy-loop=python" and onnx:
             rows.append((f"{precision}/{rest}", onnx, step, onnx / step))
     return rows
 

@@ -99,15 +99,14 @@ def closed_loop(server: Server, words_file: Path, d: float) -> dict:
 def engine_sweep(bundle, words: list[str], seconds: float) -> dict:
     """In-process onnxruntime greedy decoding, no server: words/s by precision, decode loop and
     batch size, with the server's thread pool (the process's one pool is sized once, by the first
-    engine). Keys: "<precision>/<loop>/batch=<b>"."""
+    engine). Keys: "<precision>/greedy-loop=<onnx|python>/batch=<b>"."""
     out = {}
     int8 = "encoder.int8" in bundle.manifest["graphs"]
     for precision in ("fp32", "int8") if int8 else ("fp32",):
-        for loop in ("onnx-loop", "step-loop"):
-            engine = Engine(bundle, EngineConfig(precision=precision,
-                                                 greedy_loop="onnx" if loop == "onnx-loop" else "python"))
-            for batch in (1, 8, 32, 64, 128, 256) if (precision, loop) == ("fp32", "onnx-loop") else (1, 8, 64):
-                key = f"{precision}/{loop}/batch={batch}"
+        for loop in ("onnx", "python"):  # --greedy-loop
+            engine = Engine(bundle, EngineConfig(precision=precision, greedy_loop=loop))
+            for batch in (1, 8, 32, 64, 128, 256) if (precision, loop) == ("fp32", "onnx") else (1, 8, 64):
+                key = f"{precision}/greedy-loop={loop}/batch={batch}"
                 out[key] = decode_rate(engine, words, batch, seconds)
                 print(f"  engine {key}: {out[key]:.0f} words/s", flush=True)
     return out
