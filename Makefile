@@ -64,8 +64,12 @@ train: $(VENV)/.dev-installed
 	  --batch-size 256 --lr 1e-3 --epoch-lr-decay 0.85 --lr-decay 0.5 --min-lr 1e-5 --patience-epochs 10 \
 	  --max-epochs 14 --seed 1 --device $(TRAIN_DEVICE)
 
+# Several checkpoints export their ensemble (training/ensemble.py), e.g.
+#   make export EXPORT_CHECKPOINTS="runs/seed1/best.pt runs/seed2/best.pt" MODEL_VERSION=2
+EXPORT_CHECKPOINTS ?= runs/g2p-en-gpu/stage2/best.pt
+MODEL_VERSION ?= 1
 export: $(VENV)/.dev-installed
-	$(PY) -m training.export --checkpoint runs/g2p-en-gpu/stage2/best.pt --out $(MODEL_DIR)/1
+	$(PY) -m training.export --checkpoint $(EXPORT_CHECKPOINTS) --out $(MODEL_DIR)/$(MODEL_VERSION)
 
 # Adds int8 graphs (onnxruntime dynamic quantization) to the bundle, with their WER/PER.
 quantize: $(VENV)/.dev-installed

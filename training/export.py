@@ -25,6 +25,7 @@ import torch
 import torch.nn as nn
 
 from training.data import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Vocab, load_cmudict, load_tsv, references
+from training.ensemble import Ensemble, check_members
 from training.evaluate import evaluate_engine
 from training.model import DecoderState, ModelConfig, Seq2Seq
 from training.train import collate
@@ -87,12 +88,57 @@ class DecoderStepGraph(nn.Module):
         return (self.decoder.log_probs(out), *next_state) + ((attn,) if attn is not None else ())
 
 
-def load_checkpoint(path: Path) -> tuple[Seq2Seq, dict]:
+# What a bundle's checkpoint.pt keeps of a training checkpoint: what rebuilding the model needs.
+SAVED_KEYS = ("model_config", "train_config", "data", "src_vocab", "tgt_vocab", "state_dict", "epoch", "dev_wer",
+              "dev_per")
+
+
+def load_checkpoint(path: Path) -> tuple[Seq2Seq | Ensemble, dict]:
+    """A training checkpoint or a bundle's checkpoint.pt, which for an ensemble holds its members."""
     ckpt = torch.load(path, map_location="cpu", weights_only=False)
+    if "members" in ckpt:
+        return load_ensemble(ckpt["members"], [f"{path} member {i}" for i in range(len(ckpt["members"]))])
     model = Seq2Seq(ModelConfig(**ckpt["model_config"]))
     model.load_state_dict(ckpt["state_dict"])
     model.eval()
     return model, ckpt
+
+
+def load_ensemble(ckpts: list[dict], names: list) -> tuple[Ensemble, dict]:
+    """Members' checkpoints -> the ensemble and a checkpoint-like dict describing it."""
+    check_members(ckpts, names)
+    members = []
+    for ckpt in ckpts:
+        model = Seq2Seq(ModelConfig(**ckpt["model_config"]))
+        model.load_state_dict(ckpt["state_dict"])
+        members.append(model)
+    model = Ensemble(members).eval()
+    first = ckpts[0]
+    max_len = max(c["train_config"]["max_output_len"] for c in ckpts)
+    return model, {"members": ckpts, "model_config": model.cfg.to_dict(), "src_vocab": first["src_vocab"],
+                   "tgt_vocab": first["tgt_vocab"], "data": first["data"],
+                   "train_config": {**first["train_config"], "max_output_len": max_len}}
+
+
+def load_models(paths: list[Path]) -> tuple[Seq2Seq | Ensemble, dict]:
+    """One checkpoint: its model. Several: their ensemble (training/ensemble.py)."""
+    if len(paths) == 1:
+        return load_checkpoint(paths[0])
+    return load_ensemble([torch.load(p, map_location="cpu", weights_only=False) for p in paths], paths)
+
+
+def saved_checkpoint(ckpt: dict) -> dict:
+    """What the bundle's checkpoint.pt keeps: no optimizer, no history."""
+    if "members" in ckpt:
+        return {"members": [saved_checkpoint(m) for m in ckpt["members"]]}
+    return {k: ckpt[k] for k in SAVED_KEYS}
+
+
+def training_summary(ckpt: dict) -> dict:
+    if "members" in ckpt:
+        return {"members": [training_summary(m) for m in ckpt["members"]]}
+    return {"epochs": len(ckpt["history"]), "best_epoch": ckpt["epoch"], "history": ckpt["history"],
+            "minutes": ckpt["history"][-1]["minutes"] if ckpt["history"] else 0.0}
 
 
 def export_graphs(model: Seq2Seq, out: Path) -> None:
@@ -153,22 +199,21 @@ def parity(model: Seq2Seq, engine, sources: list[tuple[str, ...]], src_vocab: Vo
     return {"words": len(sources), "output_mismatches": mismatches, "max_attn_abs_diff": max_diff}
 
 
-def build_bundle(checkpoint: Path, out: Path, name: str, version: str, parity_words: int) -> dict:
+def build_bundle(checkpoint: Path | list[Path], out: Path, name: str, version: str, parity_words: int) -> dict:
+    """Export one checkpoint, or the ensemble of several, to a bundle with its parity checks and metrics."""
     import onnx
     import onnxruntime
 
     from service.bundle import load_bundle, write_manifest
     from service.engine import Engine, EngineConfig
 
-    model, ckpt = load_checkpoint(checkpoint)
+    model, ckpt = load_models(checkpoint if isinstance(checkpoint, list) else [checkpoint])
     data = ckpt["data"]
     src_vocab, tgt_vocab = Vocab(ckpt["src_vocab"]), Vocab(ckpt["tgt_vocab"])
     max_len = ckpt["train_config"]["max_output_len"]
     export_graphs(model, out)
-    # The PyTorch weights travel with the graphs: for fine-tuning, and for `make bench`'s
-    # naive-server peer. Only what rebuilding the model needs (no optimizer, no history).
-    torch.save({k: ckpt[k] for k in ("model_config", "train_config", "data", "src_vocab", "tgt_vocab",
-                                     "state_dict", "epoch", "dev_wer", "dev_per")}, out / "checkpoint.pt")
+    # The PyTorch weights travel with the graphs: for fine-tuning, and for `make bench`'s naive-server peer.
+    torch.save(saved_checkpoint(ckpt), out / "checkpoint.pt")
     manifest = {
         "name": name, "version": version, "created_unix": int(time.time()),
         "graphs": {"encoder": "encoder.onnx", "decoder_step": "decoder_step.onnx"},
@@ -177,8 +222,7 @@ def build_bundle(checkpoint: Path, out: Path, name: str, version: str, parity_wo
         "lowercase_input": data["corpus"] == "cmudict",
         "max_output_len": max_len,
         "model_config": ckpt["model_config"], "train_config": ckpt["train_config"], "data": data,
-        "training": {"epochs": len(ckpt["history"]), "best_epoch": ckpt["epoch"], "history": ckpt["history"],
-                     "minutes": ckpt["history"][-1]["minutes"] if ckpt["history"] else 0.0},
+        "training": training_summary(ckpt),
         "parameters": sum(p.numel() for p in model.parameters()),
         # What the API reports (ModelInfo): a model without attention returns no attention matrix.
         "has_attention": model.decoder.has_attention,
@@ -213,7 +257,8 @@ def build_bundle(checkpoint: Path, out: Path, name: str, version: str, parity_wo
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--checkpoint", type=Path, required=True)
+    p.add_argument("--checkpoint", type=Path, nargs="+", required=True,
+                   help="a training checkpoint; several export their ensemble (training/ensemble.py)")
     p.add_argument("--out", type=Path, required=True, help="bundle directory, models/<name>/<version>")
     p.add_argument("--name", help="model name (default: the parent directory of --out)")
     p.add_argument("--parity-words", type=int, default=2000)

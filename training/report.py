@@ -207,16 +207,24 @@ def pct(x) -> str:
     return "—" if x is None else f"{100 * x:.2f}"
 
 
+def describe(c: dict) -> str:
+    """One model config in words."""
+    return (f"{c['cell']} encoder ({'bi' if c['bidirectional'] else 'uni'}directional, {c['enc_layers']} layers, "
+            f"{c['hidden_size']} units in all), {c['attention']} attention, embeddings {c['emb_dim']}, "
+            f"dropout {c['dropout']}")
+
+
 def shipped_lines(shipped: dict | None) -> list[str]:
     if shipped is None:
         return []
     if "error" in shipped:
         return ["## The shipped model", "", f"Not measured: {shipped['error']}", ""]
-    c = shipped["model_config"]
+    members = shipped["model_config"].get("ensemble", [shipped["model_config"]])
+    described = "; ".join(describe(c) for c in members)
+    if len(members) > 1:
+        described = f"an ensemble of {len(members)} models ({described})"
     return ["## The shipped model", "",
-            f"`{shipped['bundle']}` ({shipped['name']}): {c['cell']} encoder ({'bi' if c['bidirectional'] else 'uni'}"
-            f"directional, {c['enc_layers']} layers, {c['hidden_size']} units in all), {c['attention']} attention, "
-            f"embeddings {c['emb_dim']}, dropout {c['dropout']}; {shipped['parameters']:,} parameters. It was "
+            f"`{shipped['bundle']}` ({shipped['name']}): {described}; {shipped['parameters']:,} parameters. It was "
             "trained with its own, longer budget, not the budget above (README, \"The shipped model\"; "
             "`make train` reproduces it), and is measured here the same way as the variants:", "",
             "| model | test WER % | test PER % | " + " | ".join(f"WER {b}" for b in shipped["by_length"]) + " |",

@@ -134,6 +134,8 @@ def train(model_cfg_kwargs: dict, tcfg: TrainConfig, splits, data_desc: dict, ou
     model = Seq2Seq(cfg)
     if init_from:  # continue training a checkpoint (e.g. with a lower learning rate)
         ckpt = torch.load(init_from, map_location="cpu", weights_only=False)
+        if "members" in ckpt:
+            raise SystemExit(f"{init_from} is an ensemble's checkpoint: --init-from takes one model's")
         if ckpt["src_vocab"] != src_vocab.itos or ckpt["tgt_vocab"] != tgt_vocab.itos:
             raise SystemExit(f"{init_from}: vocabularies differ from this corpus's")
         cfg = ModelConfig(**ckpt["model_config"])

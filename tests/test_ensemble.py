@@ -1,0 +1,164 @@
+"""Ensembles: the members' mean distribution, exported to the usual two graphs with parity, served as is."""
+import math
+
+import grpc
+import numpy as np
+import pytest
+import torch
+
+from attnserve.v1 import attnserve_pb2 as pb, attnserve_pb2_grpc as pbg
+from service.beam import beam_search
+from service.bundle import load_bundle
+from service.config import BatcherConfig, Config, ServerConfig
+from service.engine import DecodeOptions, Engine, EngineConfig
+from tests.live import serving
+from training import train
+from training.data import BOS_ID
+from training.ensemble import Ensemble, EnsembleConfig
+from training.export import build_bundle, load_checkpoint, parity_ok
+from training.model import DecoderState, ModelConfig, Seq2Seq
+
+MEMBERS = {  # two members unlike each other: sizes, encoders and score functions differ
+    "a": ["--hidden-size", "16", "--attention", "general", "--bidirectional", "true", "--seed", "1"],
+    "b": ["--hidden-size", "24", "--attention", "additive", "--bidirectional", "false", "--seed", "2"],
+}
+
+
+@pytest.fixture(scope="module")
+def members(tmp_path_factory):
+    from training.data import load_cmudict
+
+    tmp = tmp_path_factory.mktemp("ensemble")
+    splits = load_cmudict()
+    corpus = tmp / "small.tsv"
+    corpus.write_text("".join(f"{''.join(p.src)}\t{' '.join(p.tgt)}\n"
+                              for split in ("train", "dev", "test") for p in splits[split][::100]), encoding="utf-8")
+    paths = []
+    for name, flags in MEMBERS.items():
+        train.main(["--corpus", "tsv", "--tsv", str(corpus), "--out", str(tmp / name), "--enc-layers", "1",
+                    "--emb-dim", "8", "--batch-size", "64", "--max-epochs", "1", "--lr", "0.01", "--dropout", "0.0",
+                    "--threads", "1", "--device", "cpu", *flags])
+        paths.append(tmp / name / "best.pt")
+    return paths
+
+
+@pytest.fixture(scope="module")
+def ensemble_bundle(members, tmp_path_factory):
+    model_dir = tmp_path_factory.mktemp("models") / "ens"
+    manifest = build_bundle(members, model_dir / "1", "ens", "1", parity_words=300)
+    return model_dir, manifest
+
+
+def tiny(seed: int, hidden: int, attention: str, **kw) -> Seq2Seq:
+    torch.manual_seed(seed)
+    return Seq2Seq(ModelConfig(src_vocab_size=12, tgt_vocab_size=9, hidden_size=hidden, emb_dim=6,
+                               attention=attention, dropout=0.0, **kw)).eval()
+
+
+def test_a_step_gives_the_members_mean_probability_and_mean_attention():
+    a, b = tiny(0, 8, "dot"), tiny(1, 12, "cosine", bidirectional=False)
+    ens = Ensemble([a, b]).eval()
+    src, src_len = torch.tensor([[4, 5, 6, 7], [8, 9, 0, 0]]), torch.tensor([4, 2])
+    y = torch.full((2,), BOS_ID)
+    with torch.no_grad():
+        enc = ens.encode(src, src_len)
+        _, out, attn = ens.decoder.step(y, enc.state, enc.enc_out, enc.keys, enc.pad_mask)
+        logp = ens.decoder.log_probs(out)
+        probs, attns = [], []
+        for m in (a, b):
+            e = m.encode(src, src_len)
+            _, o, at = m.decoder.step(y, e.state, e.enc_out, e.keys, e.pad_mask)
+            probs.append(m.decoder.log_probs(o).exp())
+            attns.append(at)
+    assert enc.enc_out.shape == (2, 4, 8 + 12)
+    torch.testing.assert_close(logp.exp(), (probs[0] + probs[1]) / 2)
+    torch.testing.assert_close(attn, (attns[0] + attns[1]) / 2)
+    assert torch.allclose(logp.exp().sum(-1), torch.ones(2))
+
+
+def test_an_ensemble_of_copies_decodes_as_the_model_does():
+    a = tiny(3, 10, "additive")
+    src, src_len = torch.tensor([[4, 5, 6, 7, 8], [9, 10, 11, 0, 0]]), torch.tensor([5, 3])
+    tokens, out_len, score, attn = a.greedy(src, src_len, 7)
+    e_tokens, e_len, e_score, e_attn = Ensemble([a, a]).greedy(src, src_len, 7)
+    assert torch.equal(tokens, e_tokens) and torch.equal(out_len, e_len)
+    torch.testing.assert_close(score, e_score)
+    torch.testing.assert_close(attn, e_attn)
+
+
+@pytest.mark.parametrize("kw,field", [(dict(dec_layers=2), "dec_layers"), (dict(cell="gru"), "cell"),
+                                      (dict(tgt_vocab_size=10), "tgt_vocab_size")])
+def test_members_that_cannot_share_a_state_are_refused_by_name(kw, field):
+    base = dict(src_vocab_size=12, tgt_vocab_size=9)
+    with pytest.raises(ValueError, match=field):
+        EnsembleConfig((ModelConfig(**base), ModelConfig(**{**base, **kw})))
+    with pytest.raises(ValueError, match="attention"):
+        EnsembleConfig((ModelConfig(**base), ModelConfig(**base, attention="none")))
+    with pytest.raises(ValueError, match="at least 2"):
+        EnsembleConfig((ModelConfig(**base),))
+
+
+def test_members_trained_on_other_data_are_refused(members, tmp_path):
+    other = torch.load(members[1], weights_only=False)
+    other["data"] = {**other["data"], "split": "some other split"}
+    torch.save(other, tmp_path / "other.pt")
+    with pytest.raises(ValueError, match="'data'"):
+        build_bundle([members[0], tmp_path / "other.pt"], tmp_path / "m" / "1", "m", "1", parity_words=10)
+
+
+def test_the_ensemble_bundle_passes_parity_and_describes_its_members(ensemble_bundle):
+    _, manifest = ensemble_bundle
+    assert parity_ok(manifest["parity"])
+    assert manifest["parity"]["words"] == manifest["parity"]["onnx_loop"]["words"] > 50  # every dev word
+    configs = manifest["model_config"]["ensemble"]
+    assert [c["hidden_size"] for c in configs] == [16, 24]
+    assert len(manifest["training"]["members"]) == 2
+    assert manifest["has_attention"] and manifest["attention_modes"] == ["soft", "hard", "topk"]
+
+
+def test_the_bundles_checkpoint_rebuilds_the_ensemble(ensemble_bundle):
+    model_dir, _ = ensemble_bundle
+    model, ckpt = load_checkpoint(model_dir / "1" / "checkpoint.pt")
+    assert isinstance(model, Ensemble) and len(ckpt["members"]) == 2
+    engine = Engine(load_bundle(model_dir), EngineConfig(max_output_len=12))
+    src, src_len = torch.tensor([[ckpt["src_vocab"].index(c) for c in "knight"]]), torch.tensor([6])
+    tokens, out_len, _, _ = model.greedy(src, src_len, 12)
+    assert engine.decode([list("knight")])[0].output_ids == [t for t in tokens[0, :int(out_len[0])].tolist() if t != 2]
+
+
+@pytest.mark.parametrize("loop", ["onnx", "python"])
+def test_the_engine_runs_the_ensemble_greedy_and_beam(ensemble_bundle, loop):
+    model_dir, _ = ensemble_bundle
+    engine = Engine(load_bundle(model_dir), EngineConfig(max_output_len=12, greedy_loop=loop))
+    words = [list("knight"), list("phoenix"), list("exit")]
+    greedy = engine.decode(words)
+    beams = beam_search(engine, words, DecodeOptions(beam_size=4, n_best=4))
+    for g, hyps in zip(greedy, beams):
+        assert g.attn.shape == (g.steps, len(g.src_tokens))
+        np.testing.assert_allclose(g.attn.sum(-1), 1.0, atol=1e-5)
+        assert hyps[0].score >= g.score - 1e-4  # beam search never finds worse than greedy here
+        assert all(math.isfinite(h.score) for h in hyps)
+
+
+async def test_the_server_serves_an_ensemble_bundle(ensemble_bundle):
+    model_dir, _ = ensemble_bundle
+    cfg = Config(model_dir=model_dir, server=ServerConfig(host="127.0.0.1", port=0, metrics_port=-1),
+                 batcher=BatcherConfig(mode="continuous"))
+    async with serving(cfg) as server, grpc.aio.insecure_channel(f"127.0.0.1:{server.port}") as channel:
+        stub = pbg.TransducerStub(channel)
+        info = await stub.GetModelInfo(pb.GetModelInfoRequest(), timeout=10)
+        reply = await stub.Transduce(pb.TransduceRequest(inputs=["knight", "exit"], options=pb.DecodeOptions(
+            return_attention=True, beam_size=2, n_best=2)), timeout=20)
+    assert info.has_attention and '"ensemble"' in info.config_json
+    assert [len(r.alternatives) for r in reply.results] == [1, 1]  # n_best 2: the best, one alternative
+    for r, word in zip(reply.results, ["knight", "exit"]):
+        assert r.output_tokens and r.attention.cols == len(word)
+        assert len(r.attention.weights) == r.attention.rows * len(word)
+
+
+def test_training_does_not_continue_from_an_ensemble(members, ensemble_bundle, tmp_path):
+    model_dir, _ = ensemble_bundle
+    corpus = members[0].parent.parent / "small.tsv"
+    with pytest.raises(SystemExit, match="ensemble"):
+        train.main(["--corpus", "tsv", "--tsv", str(corpus), "--out", str(tmp_path / "run"), "--device", "cpu",
+                    "--init-from", str(model_dir / "1" / "checkpoint.pt")])

@@ -1,0 +1,127 @@
+"""Several trained models decoding as one: an ensemble that exports to the same two ONNX graphs.
+
+    python -m training.export --checkpoint runs/a/best.pt runs/b/best.pt --out models/g2p-en/2
+
+Independently trained models make different mistakes, so averaging their next-token
+distributions at every step beats each of them (the usual route to the best published
+G2P results). Each member reads its own slice of tensors concatenated along the hidden
+axis, which keeps the graph interface of a single model:
+
+    enc_out, keys        (B, S, H_1 + ... + H_N)
+    h, c                 (L, B, H_1 + ... + H_N)
+    feed                 (B, H_1 + ... + H_N)
+    log p(y | ...)       = logsumexp_i log p_i(y | ...) - log N     (the members' mean probability)
+    attn                 = the members' mean attention               (B, S)
+
+So the engine, the ONNX Loop, beam search and continuous batching run an ensemble bundle
+exactly as they run any other: the server needs nothing new. Members may differ in size,
+encoder and score function; they must share the vocabularies, have attention, and share
+the decoder cell and its number of layers (their states are concatenated, not stacked).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn as nn
+
+from training.model import DecoderState, Encoded, ModelConfig, Seq2Seq
+
+
+@dataclass(frozen=True)
+class EnsembleConfig:
+    members: tuple[ModelConfig, ...]
+
+    def __post_init__(self):
+        if len(self.members) < 2:
+            raise ValueError(f"an ensemble needs at least 2 members, got {len(self.members)}")
+        first = self.members[0]
+        for i, m in enumerate(self.members):
+            if m.attention == "none":
+                raise ValueError(f"ensemble member {i} has no attention: members must all have attention")
+            for field in ("src_vocab_size", "tgt_vocab_size", "cell", "dec_layers"):
+                if getattr(m, field) != getattr(first, field):
+                    raise ValueError(f"ensemble member {i} has {field}={getattr(m, field)!r}, member 0 has "
+                                     f"{getattr(first, field)!r}: members must share it")
+
+    @property
+    def src_vocab_size(self) -> int:
+        return self.members[0].src_vocab_size
+
+    # The ensemble's graphs return no encoder self-attention (members' weights are not comparable).
+    self_attention_heads = 0
+
+    def to_dict(self) -> dict:
+        return {"ensemble": [m.to_dict() for m in self.members]}
+
+
+class EnsembleDecoder(nn.Module):
+    """The members' decoders, stepped together on their slices of the shared tensors."""
+
+    def __init__(self, decoders: list[nn.Module]):
+        super().__init__()
+        self.members = nn.ModuleList(decoders)
+        self.sizes = [d.generator.in_features for d in decoders]  # H_i of each member
+        self.has_attention = True
+        self.is_lstm = decoders[0].is_lstm
+        self.state_names = decoders[0].state_names  # h, (c,) feed
+
+    def _split(self, x: torch.Tensor | None, dim: int) -> list:
+        return list(torch.split(x, self.sizes, dim=dim)) if x is not None else [None] * len(self.sizes)
+
+    def step(self, y_prev, state: DecoderState, enc_out=None, keys=None, pad_mask=None, top_k=None):
+        # Same contract as Decoder.step; `out` is the members' outs side by side, (B, H_1 + ... + H_N).
+        hs, cs, feeds = self._split(state.h, 2), self._split(state.c, 2), self._split(state.feed, 1)
+        enc_outs, keyss = self._split(enc_out, 2), self._split(keys, 2)
+        states, outs, attns = [], [], []
+        for i, decoder in enumerate(self.members):
+            s, out, attn = decoder.step(y_prev, DecoderState(hs[i], cs[i], feeds[i]), enc_outs[i], keyss[i],
+                                        pad_mask, top_k)
+            states.append(s)
+            outs.append(out)
+            attns.append(attn)
+        state = DecoderState(torch.cat([s.h for s in states], dim=2),  # (L, B, sum H)
+                             torch.cat([s.c for s in states], dim=2) if self.is_lstm else None,
+                             torch.cat([s.feed for s in states], dim=1))  # (B, sum H)
+        return state, torch.cat(outs, dim=1), torch.stack(attns).mean(0)  # (B, sum H), (B, S)
+
+    def log_probs(self, out: torch.Tensor) -> torch.Tensor:
+        member = [d.log_probs(o) for d, o in zip(self.members, self._split(out, 1))]  # N x (B, V)
+        return torch.logsumexp(torch.stack(member), dim=0) - math.log(len(member))  # (B, V)
+
+
+class Ensemble(nn.Module):
+    """Quacks like Seq2Seq where export and parity look: cfg, encode, decoder, greedy."""
+
+    def __init__(self, members: list[Seq2Seq]):
+        super().__init__()
+        self.cfg = EnsembleConfig(tuple(m.cfg for m in members))
+        self.models = nn.ModuleList(members)
+        self.decoder = EnsembleDecoder([m.decoder for m in members])
+
+    def encode(self, src, src_len) -> Encoded:
+        encs = [m.encode(src, src_len) for m in self.models]
+        state = DecoderState(torch.cat([e.state.h for e in encs], dim=2),  # (L, B, sum H)
+                             torch.cat([e.state.c for e in encs], dim=2) if self.decoder.is_lstm else None,
+                             torch.cat([e.state.feed for e in encs], dim=1))  # (B, sum H)
+        return Encoded(torch.cat([e.enc_out for e in encs], dim=2),  # (B, S, sum H)
+                       torch.cat([e.keys for e in encs], dim=2),  # (B, S, sum H)
+                       encs[0].pad_mask, state, None)
+
+    greedy = Seq2Seq.greedy  # reads only encode() and the decoder's step/log_probs
+
+
+def check_members(ckpts: list[dict], names: list) -> None:
+    """Members' training checkpoints must agree on the vocabularies and the data (corpus, filter, split),
+    so that the ensemble's held-out words are held out from every member."""
+    def shared(ckpt: dict) -> dict:
+        data = {k: v for k, v in ckpt["data"].items() if k != "continued_from"}  # how it was trained, not on what
+        return {"src_vocab": ckpt["src_vocab"], "tgt_vocab": ckpt["tgt_vocab"], "data": data}
+
+    first = shared(ckpts[0])
+    for name, ckpt in zip(names[1:], ckpts[1:]):
+        for key, value in shared(ckpt).items():
+            if value != first[key]:
+                raise ValueError(f"ensemble member {name} has a different {key!r} from {names[0]}: members must "
+                                 f"be trained on the same data with the same vocabularies")
