@@ -162,3 +162,11 @@ def test_training_does_not_continue_from_an_ensemble(members, ensemble_bundle, t
     with pytest.raises(SystemExit, match="ensemble"):
         train.main(["--corpus", "tsv", "--tsv", str(corpus), "--out", str(tmp_path / "run"), "--device", "cpu",
                     "--init-from", str(model_dir / "1" / "checkpoint.pt")])
+
+
+def test_an_ensemble_bundle_re_exports_from_its_own_checkpoint(ensemble_bundle, tmp_path):
+    model_dir, manifest = ensemble_bundle
+    again = build_bundle(model_dir / "1" / "checkpoint.pt", tmp_path / "ens" / "2", "ens", "2", parity_words=50)
+    assert parity_ok(again["parity"])
+    assert again["model_config"] == manifest["model_config"]
+    assert again["metrics"]["test"] == manifest["metrics"]["test"]

@@ -135,10 +135,12 @@ def saved_checkpoint(ckpt: dict) -> dict:
 
 
 def training_summary(ckpt: dict) -> dict:
+    """The manifest's `training`: a bundle's own checkpoint.pt, re-exported, has no history left."""
     if "members" in ckpt:
         return {"members": [training_summary(m) for m in ckpt["members"]]}
-    return {"epochs": len(ckpt["history"]), "best_epoch": ckpt["epoch"], "history": ckpt["history"],
-            "minutes": ckpt["history"][-1]["minutes"] if ckpt["history"] else 0.0}
+    history = ckpt.get("history", [])
+    return {"epochs": len(history), "best_epoch": ckpt["epoch"], "history": history,
+            "minutes": history[-1]["minutes"] if history else 0.0}
 
 
 def export_graphs(model: Seq2Seq, out: Path) -> None:
