@@ -29,6 +29,7 @@ from tqdm import tqdm
 
 from training.data import (BOS_ID, EOS_ID, PAD_ID, CMUDICT_FILTER_RULE, SPLIT_RULE, Pair, Vocab,
                            load_cmudict, load_tsv, references)
+from training.distill import load_train_targets
 from training.metrics import score
 from training.model import ModelConfig, Seq2Seq
 from training.plots import plot_history
@@ -75,6 +76,9 @@ def load_corpus(args) -> tuple[dict[str, list[Pair]], dict]:
         splits = load_tsv(args.tsv, args.src_tokens, args.tgt_tokens)
         desc = {"corpus": "tsv", "path": str(args.tsv), "src_tokens": args.src_tokens, "tgt_tokens": args.tgt_tokens}
     desc["split"] = SPLIT_RULE
+    if args.train_targets:  # knowledge distillation: a teacher's outputs replace the training targets
+        splits["train"], desc["train_targets"] = load_train_targets(args.train_targets, desc["src_tokens"],
+                                                                    desc["tgt_tokens"])
     desc["pairs"] = {k: len(v) for k, v in splits.items()}
     desc["words"] = {k: len({p.src for p in v}) for k, v in splits.items()}
     if not splits["train"] or not splits["dev"]:
@@ -243,6 +247,8 @@ def parse_args(argv=None):
     p.add_argument("--keep-stress", action="store_true", help="keep CMUdict stress digits")
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--init-from", type=Path, help="continue from this checkpoint (its model config is used)")
+    p.add_argument("--train-targets", type=Path, help="source<TAB>target file replacing the training pairs: "
+                   "a teacher's outputs (python -m training.distill); dev and test keep their references")
     for field, default in ModelConfig.__dataclass_fields__.items():
         if field.endswith("vocab_size"):
             continue

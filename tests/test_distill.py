@@ -1,0 +1,49 @@
+"""Knowledge distillation: a teacher's outputs become the training targets, never for held-out words."""
+import pytest
+import torch
+
+from service.bundle import load_bundle
+from service.engine import Engine, EngineConfig
+from training import distill, train
+from training.data import split_of
+
+
+@pytest.fixture(scope="module")
+def targets(tiny_bundle, tmp_path_factory):
+    out = tmp_path_factory.mktemp("distill") / "train.tsv"
+    distill.main(["--bundle", str(tiny_bundle / "1"), "--out", str(out)])
+    return out
+
+
+def test_the_teacher_labels_every_training_source_with_its_own_output(targets, tiny_bundle, tiny_corpus):
+    lines = [line.split("\t") for line in targets.read_text(encoding="utf-8").splitlines()]
+    corpus_train = {line.split("\t")[0] for line in tiny_corpus.read_text(encoding="utf-8").splitlines()
+                    if split_of(line.split("\t")[0]) == "train"}
+    assert {src for src, _ in lines} <= corpus_train and len(lines) >= 0.95 * len(corpus_train)
+    assert all(split_of(src) == "train" for src, _ in lines)
+    engine = Engine(load_bundle(tiny_bundle), EngineConfig())
+    sample = lines[::97]
+    decoded = engine.decode([list(src) for src, _ in sample])
+    assert [tgt for _, tgt in sample] == [" ".join(d.output_tokens) for d in decoded]
+
+
+def test_a_student_trains_on_the_teachers_targets_and_records_them(targets, tiny_corpus, tmp_path):
+    out = tmp_path / "student"
+    train.main(["--corpus", "tsv", "--tsv", str(tiny_corpus), "--train-targets", str(targets), "--out", str(out),
+                "--hidden-size", "16", "--enc-layers", "1", "--emb-dim", "8", "--max-epochs", "1",
+                "--batch-size", "128", "--threads", "1", "--device", "cpu"])
+    data = torch.load(out / "best.pt", weights_only=False)["data"]
+    n = len(targets.read_text(encoding="utf-8").splitlines())
+    assert data["train_targets"]["path"] == str(targets) and data["train_targets"]["pairs"] == n
+    assert data["pairs"]["train"] == n and len(data["train_targets"]["sha256"]) == 64
+    assert data["pairs"]["dev"] > 0  # dev keeps the corpus's references
+
+
+def test_targets_for_held_out_words_are_refused(tiny_corpus, tmp_path):
+    held_out = next(line for line in tiny_corpus.read_text(encoding="utf-8").splitlines()
+                    if split_of(line.split("\t")[0]) == "test")
+    leaky = tmp_path / "leaky.tsv"
+    leaky.write_text(held_out + "\n", encoding="utf-8")
+    with pytest.raises(SystemExit, match="test sources"):
+        train.main(["--corpus", "tsv", "--tsv", str(tiny_corpus), "--train-targets", str(leaky),
+                    "--out", str(tmp_path / "run"), "--max-epochs", "1", "--device", "cpu"])

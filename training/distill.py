@@ -1,0 +1,70 @@
+"""Sequence-level knowledge distillation (Kim & Rush 2016): a teacher's outputs as a student's targets.
+
+    python -m training.distill --bundle models/g2p-en/2 --out runs/distill/train.tsv
+    python -m training.train --corpus cmudict --train-targets runs/distill/train.tsv --out runs/student ...
+
+An ensemble (training/ensemble.py) is more accurate than its members and costs the sum of
+their compute. A single model trained on the ensemble's outputs, rather than on the
+references, keeps much of that accuracy at one model's speed. The teacher decodes every
+training source of its own corpus, in-process through the ONNX engine; the student's dev and
+test words keep their references, so it is measured like any other model, and a targets file
+holding a dev or test source is refused: the teacher's outputs on held-out words would leak
+them into training.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import time
+from pathlib import Path
+
+from training.data import Pair, load_tsv
+from training.evaluate import engine_hyps, load_refs, source_text
+
+
+def load_train_targets(path: Path, src_tokens: str, tgt_tokens: str) -> tuple[list[Pair], dict]:
+    """The training pairs of a targets file, and how to name it in a checkpoint's data description."""
+    splits = load_tsv(path, src_tokens, tgt_tokens)
+    for split in ("dev", "test"):
+        if splits[split]:
+            example = source_text(splits[split][0].src, src_tokens)
+            raise SystemExit(f"{path}: {len(splits[split])} targets for {split} sources (e.g. {example!r}); "
+                             f"a targets file may only replace training targets")
+    digest = hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    return splits["train"], {"path": str(path), "sha256": digest, "pairs": len(splits["train"])}
+
+
+def teacher_targets(bundle_path: str, beam_size: int, precision: str) -> tuple[list[str], int]:
+    """TSV lines `source<TAB>teacher output` for every training source of the bundle's corpus;
+    sources the teacher maps to nothing are left out (their count is returned)."""
+    from service.bundle import load_bundle
+    from service.engine import DecodeOptions, Engine, EngineConfig
+
+    bundle = load_bundle(bundle_path)
+    data = bundle.manifest["data"]
+    engine = Engine(bundle, EngineConfig(intra_op_threads=0, precision=precision))
+    sources = sorted(load_refs(data, "train"))
+    hyps = engine_hyps(engine, sources, DecodeOptions(beam_size=beam_size))
+    joiner = "" if data["tgt_tokens"] == "chars" else " "
+    lines = [f"{source_text(s, data['src_tokens'])}\t{joiner.join(hyps[s])}" for s in sources if hyps[s]]
+    return lines, len(sources) - len(lines)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--bundle", required=True, help="the teacher: a bundle directory (an ensemble's, typically)")
+    p.add_argument("--out", type=Path, required=True, help="the targets file to write (TSV)")
+    p.add_argument("--beam-size", type=int, default=1, help="1 = greedy")
+    p.add_argument("--precision", choices=["fp32", "int8"], default="fp32")
+    args = p.parse_args(argv)
+    started = time.perf_counter()
+    lines, empty = teacher_targets(args.bundle, args.beam_size, args.precision)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    print(json.dumps({"teacher": args.bundle, "out": str(args.out), "pairs": len(lines), "left_out_empty": empty,
+                      "beam_size": args.beam_size, "seconds": round(time.perf_counter() - started, 1)}))
+
+
+if __name__ == "__main__":
+    main()
