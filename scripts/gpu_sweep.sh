@@ -4,6 +4,11 @@
 #
 #   MINUTES=6.5 OUT=/tmp/out scripts/gpu_sweep.sh
 #
+# Ensemble members (training/ensemble.py): the shipped configuration with other seeds, weights
+# returned in fp16 so that four fit in what a device run brings back:
+#
+#   NAMES="add-s2 add-s3 add-s4 add-s5" MINUTES=8 EXTRA="--epoch-lr-decay 0.88" HALF=1 scripts/gpu_sweep.sh
+#
 # This is how the shipped model's candidates were trained (on one H200; README,
 # "The shipped model"); each line is an ordinary `python -m training.train`
 # command that also runs, slower, on CPU with --device cpu.
@@ -29,13 +34,16 @@ declare -A cfg=(
   [h768]="--hidden-size 768 --enc-layers 2 --dec-layers 1 --attention general --dropout 0.4"
   [h512s2]="--hidden-size 512 --enc-layers 2 --dec-layers 1 --attention general --dropout 0.3 --seed 2"
 )
-for name in ${NAMES:-${!cfg[@]}}; do
+for seed in 2 3 4 5 6 7; do
+  cfg[add-s$seed]="--hidden-size 512 --enc-layers 2 --dec-layers 1 --attention additive --dropout 0.3 --seed $seed"
+done
+for name in ${NAMES:-h512 h512e3 h512add h512sa h512d2 h384 h768 h512s2}; do
   # shellcheck disable=SC2086
   timeout -s INT "$HARD_S" $PY -m training.train $common ${cfg[$name]} --out "$RUNS/$name" >"$RUNS/$name.log" 2>&1 &
 done
 wait
-$PY - "$RUNS" "$OUT" <<'PY'
-import json, pathlib, shutil, sys, tarfile
+HALF=${HALF:-0} $PY - "$RUNS" "$OUT" <<'PY'
+import json, os, pathlib, shutil, sys, tarfile
 import torch
 runs, out = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
 rows = []
@@ -48,7 +56,15 @@ for ckpt in sorted(runs.glob("*/best.pt")):
 rows.sort(key=lambda r: r["dev_wer"])
 print(json.dumps(rows, indent=1))
 (out / "sweep.json").write_text(json.dumps(rows, indent=1))
-# Return the best checkpoints that fit in 56 MB, plus every log and history.
+# Return the best checkpoints that fit in 56 MB, plus every log and history. HALF=1 stores the
+# weights in fp16 (half the bytes; loading into the fp32 model converts them back).
+half = os.environ["HALF"] == "1"
+for r in rows:
+    if half:
+        c = torch.load(runs / r["name"] / "best.pt", map_location="cpu", weights_only=False)
+        c["state_dict"] = {k: v.half() if v.is_floating_point() else v for k, v in c["state_dict"].items()}
+        torch.save(c, runs / r["name"] / "best.half.pt")
+        r["bytes"] = (runs / r["name"] / "best.half.pt").stat().st_size
 budget, keep = 56e6, []
 for r in rows:
     if r["bytes"] <= budget:
@@ -57,7 +73,7 @@ with tarfile.open(out / "sweep.tar", "w") as tar:
     for p in sorted(runs.glob("*.log")) + sorted(runs.glob("*/history.*")):
         tar.add(p, arcname=str(p.relative_to(runs)))
     for name in keep:
-        tar.add(runs / name / "best.pt", arcname=f"{name}/best.pt")
+        tar.add(runs / name / ("best.half.pt" if half else "best.pt"), arcname=f"{name}/best.pt")
 print("kept", keep)
 PY
 cd "$OUT" && split -b 15M sweep.tar sweep.tar.part- && rm sweep.tar && ls -la
