@@ -73,12 +73,12 @@ export: $(VENV)/.dev-installed
 
 # Adds int8 graphs (onnxruntime dynamic quantization) to the bundle, with their WER/PER.
 quantize: $(VENV)/.dev-installed
-	$(PY) -m training.quantize --bundle $(MODEL_DIR)/1
+	$(PY) -m training.quantize --bundle $(MODEL_DIR)/$(MODEL_VERSION)
 
 # The serving benchmark (not a test): results in bench/results/ (JSON, markdown, PNG).
 bench: $(VENV)/.dev-installed
 	$(PIP) install -q -e ".[dev,bench]"
-	$(PY) -m bench.run --bundle $(MODEL_DIR)/1
+	$(PY) -m bench.run --bundle $(MODEL_DIR)/$(MODEL_VERSION)
 
 # Every model variant, each trained for the same minutes from the same seed, exported with the parity
 # check and measured through the ONNX engine, beside g2p-en and published results: docs/RESULTS.md.
