@@ -59,12 +59,11 @@ print(json.dumps(rows, indent=1))
 # Return the best checkpoints that fit in 56 MB, plus every log and history. HALF=1 stores the
 # weights in fp16 (half the bytes; loading into the fp32 model converts them back).
 half = os.environ["HALF"] == "1"
-for r in rows:
-    if half:
-        c = torch.load(runs / r["name"] / "best.pt", map_location="cpu", weights_only=False)
-        c["state_dict"] = {k: v.half() if v.is_floating_point() else v for k, v in c["state_dict"].items()}
-        torch.save(c, runs / r["name"] / "best.half.pt")
-        r["bytes"] = (runs / r["name"] / "best.half.pt").stat().st_size
+for r in rows if half else []:
+    c = torch.load(runs / r["name"] / "best.pt", map_location="cpu", weights_only=False)
+    c["state_dict"] = {k: v.half() if v.is_floating_point() else v for k, v in c["state_dict"].items()}
+    torch.save(c, runs / r["name"] / "best.half.pt")
+    r["bytes"] = (runs / r["name"] / "best.half.pt").stat().st_size
 budget, keep = 56e6, []
 for r in rows:
     if r["bytes"] <= budget:
