@@ -3,8 +3,7 @@
     python -m training.export --checkpoint runs/a/best.pt runs/b/best.pt --out models/g2p-en/2
 
 Independently trained models make different mistakes, so averaging their next-token
-distributions at every step beats each of them (the usual route to the best published
-G2P results). Each member reads its own slice of tensors concatenated along the hidden
+distributions at every step usually beats each of them. Each member reads its own slice of tensors concatenated along the hidden
 axis, which keeps the graph interface of a single model:
 
     enc_out, keys        (B, S, H_1 + ... + H_N)
