@@ -10,16 +10,26 @@ REPO = Path(__file__).resolve().parents[1]
 SHIPPED_MODEL = REPO / "models" / "g2p-en"
 
 
-@pytest.fixture(scope="session")
-def tiny_corpus(tmp_path_factory) -> Path:
-    """A slice of CMUdict as a TSV file: the generic corpus path, ~1,200 dev words."""
+def cmudict_slice(path: Path, every: int) -> Path:
+    """Every `every`-th pair of each CMUdict split, written as a TSV corpus (the generic corpus path)."""
     from training.data import load_cmudict
 
     splits = load_cmudict()
-    pairs = [p for split in ("train", "dev", "test") for p in splits[split][::5]]
-    path = tmp_path_factory.mktemp("corpus") / "g2p.tsv"
+    pairs = [p for split in ("train", "dev", "test") for p in splits[split][::every]]
     path.write_text("".join(f"{''.join(p.src)}\t{' '.join(p.tgt)}\n" for p in pairs), encoding="utf-8")
     return path
+
+
+@pytest.fixture(scope="session")
+def tiny_corpus(tmp_path_factory) -> Path:
+    """A slice of CMUdict as a TSV file, ~1,200 dev words."""
+    return cmudict_slice(tmp_path_factory.mktemp("corpus") / "g2p.tsv", every=5)
+
+
+@pytest.fixture(scope="session")
+def small_corpus(tmp_path_factory) -> Path:
+    """A thinner slice, ~70 dev words: for models trained a few steps (variants, ensemble members)."""
+    return cmudict_slice(tmp_path_factory.mktemp("corpus") / "small.tsv", every=100)
 
 
 @pytest.fixture(scope="session")

@@ -13,9 +13,9 @@ from service.config import BatcherConfig, Config, ServerConfig
 from service.engine import DecodeOptions, Engine, EngineConfig
 from tests.live import serving
 from training import train
-from training.data import BOS_ID
+from training.data import BOS_ID, Vocab
 from training.ensemble import Ensemble, EnsembleConfig
-from training.export import build_bundle, load_checkpoint, parity_ok
+from training.export import build_bundle, load_checkpoint, parity, parity_ok
 from training.model import DecoderState, ModelConfig, Seq2Seq
 
 MEMBERS = {  # two members unlike each other: sizes, encoders and score functions differ
@@ -25,17 +25,11 @@ MEMBERS = {  # two members unlike each other: sizes, encoders and score function
 
 
 @pytest.fixture(scope="module")
-def members(tmp_path_factory):
-    from training.data import load_cmudict
-
+def members(small_corpus, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("ensemble")
-    splits = load_cmudict()
-    corpus = tmp / "small.tsv"
-    corpus.write_text("".join(f"{''.join(p.src)}\t{' '.join(p.tgt)}\n"
-                              for split in ("train", "dev", "test") for p in splits[split][::100]), encoding="utf-8")
     paths = []
     for name, flags in MEMBERS.items():
-        train.main(["--corpus", "tsv", "--tsv", str(corpus), "--out", str(tmp / name), "--enc-layers", "1",
+        train.main(["--corpus", "tsv", "--tsv", str(small_corpus), "--out", str(tmp / name), "--enc-layers", "1",
                     "--emb-dim", "8", "--batch-size", "64", "--max-epochs", "1", "--lr", "0.01", "--dropout", "0.0",
                     "--threads", "1", "--device", "cpu", *flags])
         paths.append(tmp / name / "best.pt")
@@ -121,9 +115,8 @@ def test_the_bundles_checkpoint_rebuilds_the_ensemble(ensemble_bundle):
     model, ckpt = load_checkpoint(model_dir / "1" / "checkpoint.pt")
     assert isinstance(model, Ensemble) and len(ckpt["members"]) == 2
     engine = Engine(load_bundle(model_dir), EngineConfig(max_output_len=12))
-    src, src_len = torch.tensor([[ckpt["src_vocab"].index(c) for c in "knight"]]), torch.tensor([6])
-    tokens, out_len, _, _ = model.greedy(src, src_len, 12)
-    assert engine.decode([list("knight")])[0].output_ids == [t for t in tokens[0, :int(out_len[0])].tolist() if t != 2]
+    same = parity(model, engine, [tuple("knight"), tuple("exit")], Vocab(ckpt["src_vocab"]), max_len=12)
+    assert same["output_mismatches"] == 0
 
 
 @pytest.mark.parametrize("loop", ["onnx", "python"])
@@ -156,11 +149,10 @@ async def test_the_server_serves_an_ensemble_bundle(ensemble_bundle):
         assert len(r.attention.weights) == r.attention.rows * len(word)
 
 
-def test_training_does_not_continue_from_an_ensemble(members, ensemble_bundle, tmp_path):
+def test_training_does_not_continue_from_an_ensemble(small_corpus, ensemble_bundle, tmp_path):
     model_dir, _ = ensemble_bundle
-    corpus = members[0].parent.parent / "small.tsv"
     with pytest.raises(SystemExit, match="ensemble"):
-        train.main(["--corpus", "tsv", "--tsv", str(corpus), "--out", str(tmp_path / "run"), "--device", "cpu",
+        train.main(["--corpus", "tsv", "--tsv", str(small_corpus), "--out", str(tmp_path / "run"), "--device", "cpu",
                     "--init-from", str(model_dir / "1" / "checkpoint.pt")])
 
 

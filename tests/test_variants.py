@@ -33,17 +33,6 @@ VARIANTS = {  # name: (model flags, batching mode)
 WORDS = ["knight", "phoenix", "exit"]
 
 
-@pytest.fixture(scope="module")
-def small_corpus(tmp_path_factory):
-    from training.data import load_cmudict
-
-    splits = load_cmudict()
-    pairs = [p for split in ("train", "dev", "test") for p in splits[split][::100]]
-    path = tmp_path_factory.mktemp("variants") / "small.tsv"
-    path.write_text("".join(f"{''.join(p.src)}\t{' '.join(p.tgt)}\n" for p in pairs), encoding="utf-8")
-    return path
-
-
 def train_and_export(name: str, flags: dict, corpus, tmp_path):
     """One epoch of ~18 steps on a tiny model, then the real export with its parity checks."""
     argv = ["--corpus", "tsv", "--tsv", str(corpus), "--out", str(tmp_path / "run"), "--hidden-size", "16",

@@ -47,8 +47,7 @@ def teacher_targets(bundle_path: str, beam_size: int, precision: str) -> tuple[l
     engine = Engine(bundle, EngineConfig(intra_op_threads=0, precision=precision))
     sources = sorted(load_refs(data, "train"))
     hyps = engine_hyps(engine, sources, DecodeOptions(beam_size=beam_size))
-    joiner = "" if data["tgt_tokens"] == "chars" else " "
-    lines = [f"{source_text(s, data['src_tokens'])}\t{joiner.join(hyps[s])}" for s in sources if hyps[s]]
+    lines = [f"{source_text(s, data['src_tokens'])}\t{engine.tgt_joiner.join(hyps[s])}" for s in sources if hyps[s]]
     return lines, len(sources) - len(lines)
 
 

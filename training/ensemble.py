@@ -55,6 +55,13 @@ class EnsembleConfig:
         return {"ensemble": [m.to_dict() for m in self.members]}
 
 
+def cat_states(states: list[DecoderState]) -> DecoderState:
+    """The members' decoder states side by side: h, c (L, B, sum H), feed (B, sum H)."""
+    return DecoderState(torch.cat([s.h for s in states], dim=2),
+                        torch.cat([s.c for s in states], dim=2) if states[0].c is not None else None,
+                        torch.cat([s.feed for s in states], dim=1))
+
+
 class EnsembleDecoder(nn.Module):
     """The members' decoders, stepped together on their slices of the shared tensors."""
 
@@ -63,7 +70,6 @@ class EnsembleDecoder(nn.Module):
         self.members = nn.ModuleList(decoders)
         self.sizes = [d.generator.in_features for d in decoders]  # H_i of each member
         self.has_attention = True
-        self.is_lstm = decoders[0].is_lstm
         self.state_names = decoders[0].state_names  # h, (c,) feed
 
     def _split(self, x: torch.Tensor | None, dim: int) -> list:
@@ -80,10 +86,7 @@ class EnsembleDecoder(nn.Module):
             states.append(s)
             outs.append(out)
             attns.append(attn)
-        state = DecoderState(torch.cat([s.h for s in states], dim=2),  # (L, B, sum H)
-                             torch.cat([s.c for s in states], dim=2) if self.is_lstm else None,
-                             torch.cat([s.feed for s in states], dim=1))  # (B, sum H)
-        return state, torch.cat(outs, dim=1), torch.stack(attns).mean(0)  # (B, sum H), (B, S)
+        return cat_states(states), torch.cat(outs, dim=1), torch.stack(attns).mean(0)  # (B, sum H), (B, S)
 
     def log_probs(self, out: torch.Tensor) -> torch.Tensor:
         member = [d.log_probs(o) for d, o in zip(self.members, self._split(out, 1))]  # N x (B, V)
@@ -101,9 +104,7 @@ class Ensemble(nn.Module):
 
     def encode(self, src, src_len) -> Encoded:
         encs = [m.encode(src, src_len) for m in self.models]
-        state = DecoderState(torch.cat([e.state.h for e in encs], dim=2),  # (L, B, sum H)
-                             torch.cat([e.state.c for e in encs], dim=2) if self.decoder.is_lstm else None,
-                             torch.cat([e.state.feed for e in encs], dim=1))  # (B, sum H)
+        state = cat_states([e.state for e in encs])
         return Encoded(torch.cat([e.enc_out for e in encs], dim=2),  # (B, S, sum H)
                        torch.cat([e.keys for e in encs], dim=2),  # (B, S, sum H)
                        encs[0].pad_mask, state, None)

@@ -98,21 +98,20 @@ def load_checkpoint(path: Path) -> tuple[Seq2Seq | Ensemble, dict]:
     ckpt = torch.load(path, map_location="cpu", weights_only=False)
     if "members" in ckpt:
         return load_ensemble(ckpt["members"], [f"{path} member {i}" for i in range(len(ckpt["members"]))])
+    return model_of(ckpt), ckpt
+
+
+def model_of(ckpt: dict) -> Seq2Seq:
+    """One model's checkpoint -> the model, in eval mode."""
     model = Seq2Seq(ModelConfig(**ckpt["model_config"]))
     model.load_state_dict(ckpt["state_dict"])
-    model.eval()
-    return model, ckpt
+    return model.eval()
 
 
 def load_ensemble(ckpts: list[dict], names: list) -> tuple[Ensemble, dict]:
     """Members' checkpoints -> the ensemble and a checkpoint-like dict describing it."""
     check_members(ckpts, names)
-    members = []
-    for ckpt in ckpts:
-        model = Seq2Seq(ModelConfig(**ckpt["model_config"]))
-        model.load_state_dict(ckpt["state_dict"])
-        members.append(model)
-    model = Ensemble(members).eval()
+    model = Ensemble([model_of(c) for c in ckpts]).eval()
     first = ckpts[0]
     max_len = max(c["train_config"]["max_output_len"] for c in ckpts)
     return model, {"members": ckpts, "model_config": model.cfg.to_dict(), "src_vocab": first["src_vocab"],
