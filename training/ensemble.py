@@ -114,9 +114,11 @@ class Ensemble(nn.Module):
 
 def check_members(ckpts: list[dict], names: list) -> None:
     """Members' training checkpoints must agree on the vocabularies and the data (corpus, filter, split),
-    so that the ensemble's held-out words are held out from every member."""
+    so that the ensemble's held-out words are held out from every member. How a member was trained may
+    differ: continued from another checkpoint, or on a teacher's outputs for the same training sources
+    (distill.py refuses a targets file holding a dev or test source)."""
     def shared(ckpt: dict) -> dict:
-        data = {k: v for k, v in ckpt["data"].items() if k != "continued_from"}  # how it was trained, not on what
+        data = {k: v for k, v in ckpt["data"].items() if k not in ("continued_from", "train_targets")}
         return {"src_vocab": ckpt["src_vocab"], "tgt_vocab": ckpt["tgt_vocab"], "data": data}
 
     first = shared(ckpts[0])
