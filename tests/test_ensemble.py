@@ -103,7 +103,8 @@ def test_members_trained_on_other_data_are_refused(members, tmp_path):
 def test_a_member_trained_on_a_teachers_outputs_is_accepted(members, tmp_path):
     # Same sources and split, other training targets (training/distill.py): its held-out words are still held out.
     student = torch.load(members[1], weights_only=False)
-    student["data"] = {**student["data"], "train_targets": {"path": "t.tsv", "sha256": "0" * 64, "pairs": 1}}
+    student["data"] = {**student["data"], "train_targets": {"path": "t.tsv", "sha256": "0" * 64, "pairs": 1},
+                       "pairs": {**student["data"]["pairs"], "train": 1}}
     torch.save(student, tmp_path / "student.pt")
     manifest = build_bundle([members[0], tmp_path / "student.pt"], tmp_path / "m" / "1", "m", "1", parity_words=10)
     assert parity_ok(manifest["parity"])

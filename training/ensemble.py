@@ -119,6 +119,8 @@ def check_members(ckpts: list[dict], names: list) -> None:
     (distill.py refuses a targets file holding a dev or test source)."""
     def shared(ckpt: dict) -> dict:
         data = {k: v for k, v in ckpt["data"].items() if k not in ("continued_from", "train_targets")}
+        if "pairs" in data:  # a teacher writes one target per training source: fewer training pairs
+            data["pairs"] = {split: n for split, n in data["pairs"].items() if split != "train"}
         return {"src_vocab": ckpt["src_vocab"], "tgt_vocab": ckpt["tgt_vocab"], "data": data}
 
     first = shared(ckpts[0])
