@@ -112,16 +112,22 @@ class Ensemble(nn.Module):
     greedy = Seq2Seq.greedy  # reads only encode() and the decoder's step/log_probs
 
 
+def held_out_data(data: dict) -> dict:
+    """A checkpoint's data description without how that model was trained (continued from another
+    checkpoint; on a teacher's outputs, one pair per training source): corpus, filter, split and the
+    dev and test counts, which fix the held-out words. distill.py refuses a targets file holding a dev
+    or test source, so a distilled member holds out the same words as one trained on the references."""
+    shared = {k: v for k, v in data.items() if k not in ("continued_from", "train_targets")}
+    if "pairs" in shared:
+        shared["pairs"] = {split: n for split, n in shared["pairs"].items() if split != "train"}
+    return shared
+
+
 def check_members(ckpts: list[dict], names: list) -> None:
-    """Members' training checkpoints must agree on the vocabularies and the data (corpus, filter, split),
-    so that the ensemble's held-out words are held out from every member. How a member was trained may
-    differ: continued from another checkpoint, or on a teacher's outputs for the same training sources
-    (distill.py refuses a targets file holding a dev or test source)."""
+    """Members' training checkpoints must agree on the vocabularies and the held-out data, so that the
+    ensemble's held-out words are held out from every member."""
     def shared(ckpt: dict) -> dict:
-        data = {k: v for k, v in ckpt["data"].items() if k not in ("continued_from", "train_targets")}
-        if "pairs" in data:  # a teacher writes one target per training source: fewer training pairs
-            data["pairs"] = {split: n for split, n in data["pairs"].items() if split != "train"}
-        return {"src_vocab": ckpt["src_vocab"], "tgt_vocab": ckpt["tgt_vocab"], "data": data}
+        return {"src_vocab": ckpt["src_vocab"], "tgt_vocab": ckpt["tgt_vocab"], "data": held_out_data(ckpt["data"])}
 
     first = shared(ckpts[0])
     for name, ckpt in zip(names[1:], ckpts[1:]):
