@@ -106,8 +106,10 @@ def test_a_member_trained_on_a_teachers_outputs_is_accepted(members, tmp_path):
     student["data"] = {**student["data"], "train_targets": {"path": "t.tsv", "sha256": "0" * 64, "pairs": 1},
                        "pairs": {**student["data"]["pairs"], "train": 1}}
     torch.save(student, tmp_path / "student.pt")
-    manifest = build_bundle([members[0], tmp_path / "student.pt"], tmp_path / "m" / "1", "m", "1", parity_words=10)
+    manifest = build_bundle([tmp_path / "student.pt", members[0]], tmp_path / "m" / "1", "m", "1", parity_words=10)
     assert parity_ok(manifest["parity"])
+    # The ensemble's data is what its members share, not how its first member was trained.
+    assert "train_targets" not in manifest["data"] and "train" not in manifest["data"]["pairs"]
 
 
 def test_the_ensemble_bundle_passes_parity_and_describes_its_members(ensemble_bundle):

@@ -25,7 +25,7 @@ import torch
 import torch.nn as nn
 
 from training.data import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Vocab, load_cmudict, load_tsv, references
-from training.ensemble import Ensemble, check_members
+from training.ensemble import Ensemble, check_members, held_out_data
 from training.evaluate import evaluate_engine
 from training.model import DecoderState, ModelConfig, Seq2Seq
 from training.train import collate
@@ -115,7 +115,7 @@ def load_ensemble(ckpts: list[dict], names: list) -> tuple[Ensemble, dict]:
     first = ckpts[0]
     max_len = max(c["train_config"]["max_output_len"] for c in ckpts)
     return model, {"members": ckpts, "model_config": model.cfg.to_dict(), "src_vocab": first["src_vocab"],
-                   "tgt_vocab": first["tgt_vocab"], "data": first["data"],
+                   "tgt_vocab": first["tgt_vocab"], "data": held_out_data(first["data"]),
                    "train_config": {**first["train_config"], "max_output_len": max_len}}
 
 
