@@ -15,7 +15,15 @@ FORMAT_VERSION = 1
 
 
 class BundleError(Exception):
-    """The bundle is missing, malformed or does not match its manifest."""
+    """The bundle is missing, malformed or does not match its manifest.
+
+    `reason` says what is wrong without naming where on the server (what a client may be told);
+    the message adds the path (what the log says).
+    """
+
+    def __init__(self, where: Path | str, reason: str):
+        super().__init__(f"{where}: {reason}")
+        self.reason = reason
 
 
 def sha256_file(path: Path) -> str:
@@ -42,7 +50,7 @@ class Bundle:
     def graph_path(self, role: str) -> Path:
         graphs = self.manifest["graphs"]
         if role not in graphs:
-            raise BundleError(f"{self.path}: no {role!r} graph in the manifest (has {sorted(graphs)}); "
+            raise BundleError(self.path, f"no {role!r} graph in the manifest (has {sorted(graphs)}); "
                               f"int8 graphs come from `make quantize`")
         return self.path / graphs[role]
 
@@ -51,22 +59,27 @@ class VersionNotFound(BundleError):
     """A version asked for (pinned or by the admin RPC) has no directory."""
 
 
+def is_version(name: str) -> bool:
+    """A version directory's name: ASCII digits (str.isdigit alone admits "²", which int() refuses)."""
+    return name.isascii() and name.isdigit()
+
+
 def resolve(model_dir: Path, version: str = "") -> Path:
     """A bundle directory, or a model directory whose pinned (or else highest numeric) version is taken."""
     model_dir = Path(model_dir)
     if (model_dir / MANIFEST).is_file():
         if version:
-            raise VersionNotFound(f"{model_dir} is a single bundle, not a model directory with version {version!r}")
+            raise VersionNotFound(model_dir, f"a single bundle, not a model directory with version {version!r}")
         return model_dir
-    versions = [p for p in model_dir.iterdir() if p.is_dir() and p.name.isdigit()] if model_dir.is_dir() else []
+    versions = [p for p in model_dir.iterdir() if p.is_dir() and is_version(p.name)] if model_dir.is_dir() else []
     if version:
         # int(): "007" and "7" name the same version, as the numeric ordering below already assumes.
-        chosen = [p for p in versions if version.isdigit() and int(p.name) == int(version)]
+        chosen = [p for p in versions if is_version(version) and int(p.name) == int(version)]
         if not chosen:
-            raise VersionNotFound(f"{model_dir}: no version {version!r} (has {sorted(p.name for p in versions)})")
+            raise VersionNotFound(model_dir, f"no version {version!r} (has {sorted(p.name for p in versions)})")
         return chosen[0]
     if not versions:
-        raise BundleError(f"{model_dir}: no {MANIFEST} and no numeric version directories")
+        raise BundleError(model_dir, f"no {MANIFEST} and no numeric version directories")
     return max(versions, key=lambda p: int(p.name))
 
 
@@ -75,21 +88,21 @@ def load_bundle(model_dir: Path, version: str = "") -> Bundle:
     try:
         manifest = json.loads((path / MANIFEST).read_text(encoding="utf-8"))
     except (OSError, ValueError) as e:
-        raise BundleError(f"{path / MANIFEST}: cannot read manifest: {e}") from e
+        raise BundleError(path / MANIFEST, f"cannot read the manifest ({type(e).__name__})") from e
     if manifest.get("format_version") != FORMAT_VERSION:
-        raise BundleError(f"{path}: manifest format_version {manifest.get('format_version')!r}, "
+        raise BundleError(path, f"manifest format_version {manifest.get('format_version')!r}, "
                           f"this server reads {FORMAT_VERSION}")
     files = manifest.get("files") or {}
     for role, name in manifest.get("graphs", {}).items():
         if name not in files:
-            raise BundleError(f"{path}: graph {role!r} file {name!r} has no sha256 in the manifest")
+            raise BundleError(path, f"graph {role!r} file {name!r} has no sha256 in the manifest")
     for name, expected in files.items():
         file = path / name
         if not file.is_file():
-            raise BundleError(f"{path}: file {name!r} listed in the manifest is missing")
+            raise BundleError(path, f"file {name!r} listed in the manifest is missing")
         actual = sha256_file(file)
         if actual != expected:
-            raise BundleError(f"{path}: sha256 mismatch for {name!r}: manifest says {expected[:12]}..., "
+            raise BundleError(path, f"sha256 mismatch for {name!r}: manifest says {expected[:12]}..., "
                               f"file has {actual[:12]}... — the bundle is corrupt or was modified; refusing it")
     return Bundle(path=path, manifest=manifest)
 

@@ -97,7 +97,7 @@ class RepositoryConfig:
     model_poll_s: float = 0.0  # look for a newer version this often and hot-reload it; 0 = off
 
     def __post_init__(self):
-        if self.model_version and not self.model_version.isdigit():
+        if self.model_version and not (self.model_version.isascii() and self.model_version.isdigit()):
             raise ValueError(f"model_version must be a version directory name (digits), got {self.model_version!r}")
         if self.model_poll_s < 0:
             raise ValueError(f"model_poll_s must be >= 0 (0 = off), got {self.model_poll_s}")

@@ -42,8 +42,8 @@ def parse_transduce(raw: bytes, limits: ServerConfig, model_name: str, model_ver
     """
     try:
         req = pb.TransduceRequest.FromString(raw)
-    except DecodeError as e:
-        raise BadRequest(f"malformed TransduceRequest (inputs must be valid UTF-8): {e}") from None
+    except DecodeError:
+        raise BadRequest("malformed TransduceRequest (not a valid message, or inputs not valid UTF-8)") from None
     if req.model_name and req.model_name != model_name:
         raise UnknownModel(f"model_name {req.model_name!r} is not served here (serving {model_name!r})")
     if req.model_version and req.model_version != model_version:

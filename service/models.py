@@ -82,8 +82,8 @@ class ModelManager:
         try:
             engine = await loop.run_in_executor(None, warm_engine, bundle, self.cfg.engine)
         except Exception as e:  # onnxruntime's own exceptions for a broken graph, or a broken vocabulary
-            raise BundleError(f"{bundle.path}: cannot load or run its ONNX graphs, refusing it: "
-                              f"{type(e).__name__}: {e}") from e
+            log.error("%s: onnxruntime cannot load or run its graphs: %s: %s", bundle.path, type(e).__name__, e)
+            raise BundleError(bundle.path, "cannot load or run its ONNX graphs, refusing it") from e
         batcher = make_batcher(engine, self.cfg.batcher, self.metrics)
         batcher.start()
         old = self.batcher

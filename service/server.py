@@ -24,7 +24,8 @@ from service.admin import AdminServicer, admin_handler
 from service.batcher import Batcher
 from service.bundle import Bundle, BundleError
 from service.config import Config, parse_config
-from service.kserve import KSERVE_SERVICE_NAME, KServeServicer
+from service.guard import GuardInterceptor
+from service.kserve import KServeServicer
 from service.metrics import Metrics
 from service.models import ModelManager
 from service.security import BearerTokenInterceptor, SecurityError, load_auth_token, server_credentials
@@ -32,6 +33,37 @@ from service.servicer import SERVICE_NAME, TransducerServicer, handler
 
 log = logging.getLogger("attnserve")
 SERVING, NOT_SERVING = health_pb2.HealthCheckResponse.SERVING, health_pb2.HealthCheckResponse.NOT_SERVING
+
+
+class HealthServicer(health.aio.HealthServicer):
+    """grpcio-health-checking's servicer, with the List method its aio class leaves unimplemented."""
+
+    async def List(self, request: health_pb2.HealthListRequest, context) -> health_pb2.HealthListResponse:
+        return health_pb2.HealthListResponse(statuses={
+            name: health_pb2.HealthCheckResponse(status=status) for name, status in self._server_status.items()})
+
+
+class ServiceRecorder:
+    """Stands in for the gRPC server in the add_*_to_server functions and records each service's
+    name, so that reflection (and the fuzz test, which finds every method through it) lists
+    exactly what is registered."""
+
+    def __init__(self, server: grpc.aio.Server):
+        self.server = server
+        self.names: list[str] = []
+
+    def _record(self, name: str) -> None:
+        if name not in self.names:
+            self.names.append(name)
+
+    def add_generic_rpc_handlers(self, handlers) -> None:
+        for h in handlers:
+            self._record(h.service_name())
+        self.server.add_generic_rpc_handlers(handlers)
+
+    def add_registered_method_handlers(self, service_name: str, method_handlers) -> None:
+        self._record(service_name)
+        self.server.add_registered_method_handlers(service_name, method_handlers)
 
 
 class AttnServer:
@@ -44,24 +76,25 @@ class AttnServer:
         self.servicer = TransducerServicer(cfg.server, self.metrics)
         self.kserve = KServeServicer(cfg.server, self.metrics)  # Open Inference Protocol, same port
         self.models = ModelManager(cfg, self.metrics, self._attach)
-        self.health = health.aio.HealthServicer()
+        self.health = HealthServicer()
         self.port = 0
         self.metrics_port = -1
         self._metrics_http = None
         self._credentials = server_credentials(cfg.server)
         token = load_auth_token(cfg.server, os.environ)
         self.auth = token is not None
-        interceptors = [BearerTokenInterceptor(token, self.metrics)] if self.auth else []
+        # The guard first: it wraps whatever handler the others return (service/guard.py).
+        interceptors = [GuardInterceptor()] + ([BearerTokenInterceptor(token, self.metrics)] if self.auth else [])
         limit = cfg.server.max_message_bytes
         self.grpc = grpc.aio.server(interceptors=interceptors,
                                     options=[("grpc.max_receive_message_length", limit),
                                              ("grpc.max_send_message_length", limit)])
-        self.grpc.add_generic_rpc_handlers((handler(self.servicer), admin_handler(AdminServicer(self.models,
+        services = ServiceRecorder(self.grpc)
+        services.add_generic_rpc_handlers((handler(self.servicer), admin_handler(AdminServicer(self.models,
                                                                                                 self.metrics))))
-        kserve_grpc.add_GRPCInferenceServiceServicer_to_server(self.kserve, self.grpc)
-        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.grpc)
-        reflection.enable_server_reflection(
-            (SERVICE_NAME, KSERVE_SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), self.grpc)
+        kserve_grpc.add_GRPCInferenceServiceServicer_to_server(self.kserve, services)
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, services)
+        reflection.enable_server_reflection(services.names + [reflection.SERVICE_NAME], self.grpc)
 
     async def start(self) -> None:
         """Bind the ports; the model is not loaded yet (health NOT_SERVING)."""

@@ -16,6 +16,7 @@ from service import convert
 from service.batcher import Batcher, InvalidInput, NotReady, Overloaded
 from service.bundle import Bundle, BundleError, VersionNotFound
 from service.config import ServerConfig
+from service.guard import internal_error
 from service.metrics import Metrics
 
 SERVICE_NAME = "attnserve.v1.Transducer"
@@ -34,11 +35,19 @@ STATUS_OF = {
 
 
 def status_of(e: Exception, rpc: str) -> tuple[grpc.StatusCode, str]:
-    """The status code and message a domain error maps to; anything unexpected is INTERNAL."""
+    """The status code and message a domain error maps to; anything unexpected is INTERNAL.
+
+    Details never carry internal text (exception names, file paths): a refused bundle's
+    client hears its reason, the log also where it lies.
+    """
+    if isinstance(e, VersionNotFound):
+        return STATUS_OF[VersionNotFound], e.reason
+    if isinstance(e, BundleError):
+        log.warning("%s: %s", rpc, e)
+        return STATUS_OF[BundleError], f"the bundle was refused, the served version is unchanged: {e.reason}"
     if type(e) in STATUS_OF:
         return STATUS_OF[type(e)], str(e)
-    log.error("%s failed", rpc, exc_info=e)  # the client sees INTERNAL, the log has the cause
-    return grpc.StatusCode.INTERNAL, f"internal error: {type(e).__name__}: {e}"
+    return grpc.StatusCode.INTERNAL, internal_error(rpc, e)
 
 
 def model_label(bundle: Bundle | None) -> str:
