@@ -23,6 +23,7 @@ from rich.text import Text
 
 from attnserve.v1 import attnserve_pb2, attnserve_pb2_grpc
 from service.heatmap import attention_matrix, render_heatmap, result_to_dict, write_png  # noqa: F401 (API)
+from service.balancing import channel_options
 from service.security import channel_credentials
 
 DEFAULT_SERVER = "localhost:50051"
@@ -185,7 +186,9 @@ def _add_connection_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("connection")
     # Read at call time, not import time, so the environment of each run counts.
     g.add_argument("--server", default=os.environ.get("ATTNSERVE_SERVER") or DEFAULT_SERVER,
-                   help="host:port of the server (default: $ATTNSERVE_SERVER or %(default)s)")
+                   help="host:port of the server, or a gRPC target with several replicas, e.g. "
+                        "dns:///attnserve-headless.default.svc.cluster.local:50051 "
+                        "(default: $ATTNSERVE_SERVER or %(default)s)")
     g.add_argument("--timeout-s", type=_checked(float, lambda v: v > 0, "> 0"), default=10.0,
                    help="deadline of each RPC (default: %(default)s)")
     g.add_argument("--tls-ca-file", default="", metavar="PEM",
@@ -201,7 +204,12 @@ def _add_connection_args(p: argparse.ArgumentParser) -> None:
 def open_channel(args) -> grpc.Channel:
     """The one place the CLI makes its channel."""
     creds = channel_credentials(args.tls_ca_file, args.tls_cert_file, args.tls_key_file, args.token)
-    return grpc.insecure_channel(args.server) if creds is None else grpc.secure_channel(args.server, creds)
+    # Round robin over every address the target resolves to, with health checks and retries on
+    # UNAVAILABLE (service/balancing.py): `--server dns:///attnserve-headless...:50051` spreads calls.
+    options = channel_options()
+    if creds is None:
+        return grpc.insecure_channel(args.server, options=options)
+    return grpc.secure_channel(args.server, creds, options=options)
 
 
 def _rpc_kwargs(args) -> dict:

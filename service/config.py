@@ -22,7 +22,16 @@ class ServerConfig:
     metrics_port: int = 9090  # Prometheus /metrics over HTTP; 0 picks a free port, -1 disables
     max_inputs_per_request: int = 256
     max_input_len: int = 64  # characters per input
-    grace_period_s: float = 10.0  # drain time for in-flight calls on SIGTERM
+    # On SIGTERM, first a lame duck: health says NOT_SERVING at once (probes, balancers and clients
+    # that health-check move on) while calls are still taken and served; only then does the server
+    # stop taking calls and drain. Calls that reach a stopping gRPC server before a handler takes
+    # them are CANCELLED, so stopping at once loses the calls that arrived just before the signal.
+    lame_duck_s: float = 3.0
+    grace_period_s: float = 10.0  # then the drain: time for in-flight calls to finish
+    # A connection is closed (GOAWAY) after this long, so long-lived clients re-resolve DNS and
+    # spread onto new replicas; in-flight calls get the grace to finish. 0 = never.
+    max_connection_age_s: float = 300.0
+    max_connection_age_grace_s: float = 30.0
     max_message_bytes: int = 16 * 1024 * 1024
     # Transport security (see service/security.py). A cert and key turn TLS on; a client CA
     # on top makes it mutual TLS (clients must present a certificate signed by that CA).
@@ -40,8 +49,9 @@ class ServerConfig:
         for name in ("max_inputs_per_request", "max_input_len", "max_message_bytes"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.grace_period_s < 0:
-            raise ValueError(f"grace_period_s must be >= 0, got {self.grace_period_s}")
+        for name in ("lame_duck_s", "grace_period_s", "max_connection_age_s", "max_connection_age_grace_s"):
+            if not getattr(self, name) >= 0:  # `not >=` also refuses NaN
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
         if bool(self.tls_cert_file) != bool(self.tls_key_file):
             raise ValueError(f"tls_cert_file ({self.tls_cert_file!r}) and tls_key_file ({self.tls_key_file!r}) "
                              "go together")

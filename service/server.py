@@ -23,7 +23,7 @@ from inference import grpc_service_pb2_grpc as kserve_grpc
 from service.admin import AdminServicer, admin_handler
 from service.batcher import Batcher
 from service.bundle import Bundle, BundleError
-from service.config import Config, parse_config
+from service.config import Config, ServerConfig, parse_config
 from service.guard import GuardInterceptor
 from service.kserve import KServeServicer
 from service.metrics import Metrics
@@ -33,6 +33,15 @@ from service.servicer import SERVICE_NAME, TransducerServicer, handler
 
 log = logging.getLogger("attnserve")
 SERVING, NOT_SERVING = health_pb2.HealthCheckResponse.SERVING, health_pb2.HealthCheckResponse.NOT_SERVING
+
+
+def grpc_options(cfg: ServerConfig) -> list[tuple[str, int]]:
+    options = [("grpc.max_receive_message_length", cfg.max_message_bytes),
+               ("grpc.max_send_message_length", cfg.max_message_bytes)]
+    if cfg.max_connection_age_s > 0:
+        options += [("grpc.max_connection_age_ms", round(cfg.max_connection_age_s * 1000)),
+                    ("grpc.max_connection_age_grace_ms", round(cfg.max_connection_age_grace_s * 1000))]
+    return options
 
 
 class HealthServicer(health.aio.HealthServicer):
@@ -85,10 +94,7 @@ class AttnServer:
         self.auth = token is not None
         # The guard first: it wraps whatever handler the others return (service/guard.py).
         interceptors = [GuardInterceptor()] + ([BearerTokenInterceptor(token, self.metrics)] if self.auth else [])
-        limit = cfg.server.max_message_bytes
-        self.grpc = grpc.aio.server(interceptors=interceptors,
-                                    options=[("grpc.max_receive_message_length", limit),
-                                             ("grpc.max_send_message_length", limit)])
+        self.grpc = grpc.aio.server(interceptors=interceptors, options=grpc_options(cfg.server))
         services = ServiceRecorder(self.grpc)
         services.add_generic_rpc_handlers((handler(self.servicer), admin_handler(AdminServicer(self.models,
                                                                                                 self.metrics))))
@@ -130,6 +136,15 @@ class AttnServer:
                  "TLS" if self._credentials else "plaintext",
                  ", bearer token required" if self.auth else "", self.metrics_port)
 
+    async def lame_duck(self, cut_short: asyncio.Event | None = None) -> None:
+        """Say NOT_SERVING but go on serving for lame_duck_s (or until cut_short is set), so that
+        calls already on their way are taken and traffic moves elsewhere before stop()."""
+        await self.health.enter_graceful_shutdown()
+        try:
+            await asyncio.wait_for((cut_short or asyncio.Event()).wait(), self.cfg.server.lame_duck_s)
+        except TimeoutError:
+            pass
+
     async def stop(self, grace_s: float | None = None) -> None:
         """NOT_SERVING, refuse new calls, let in-flight calls finish within the grace period."""
         await self.health.enter_graceful_shutdown()
@@ -162,7 +177,10 @@ async def serve(cfg: Config) -> int:
         await server.stop(0)
         return 2
     await stop.wait()
-    log.info("shutting down: draining in-flight calls for up to %.1f s", cfg.server.grace_period_s)
+    stop.clear()
+    log.info("shutting down: NOT_SERVING but still serving for %.1f s (a second signal cuts it short), then "
+             "draining in-flight calls for up to %.1f s", cfg.server.lame_duck_s, cfg.server.grace_period_s)
+    await server.lame_duck(cut_short=stop)
     await server.stop()
     return 0
 

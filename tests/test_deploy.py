@@ -203,8 +203,9 @@ def test_compose_wiring():
     assert {f"{GRPC_PORT}:{GRPC_PORT}", f"{METRICS_PORT}:{METRICS_PORT}"} <= set(app["ports"])
     assert "service.healthcheck" in app["healthcheck"]["test"]
     assert app.get("restart")
-    grace = float(app["environment"]["ATTNSERVE_GRACE_PERIOD_S"])
-    assert float(app["stop_grace_period"].rstrip("s")) > grace, "stop_grace_period must exceed the server drain"
+    env = app["environment"]
+    grace = float(env["ATTNSERVE_LAME_DUCK_S"]) + float(env["ATTNSERVE_GRACE_PERIOD_S"])
+    assert float(app["stop_grace_period"].rstrip("s")) > grace, "stop_grace_period must exceed lame duck + drain"
     _check_server_env(app["environment"], "docker-compose attnserve.environment")
 
     assert services["prometheus"]["depends_on"]["attnserve"]["condition"] == "service_healthy"
@@ -250,7 +251,8 @@ def test_k8s_wiring():
     # Config comes from the ConfigMap, and the server understands it.
     assert {"configMapRef": {"name": cm["metadata"]["name"]}} in c["envFrom"]
     _check_server_env(cm["data"], "ConfigMap")
-    assert spec["terminationGracePeriodSeconds"] > float(cm["data"]["ATTNSERVE_GRACE_PERIOD_S"])
+    assert spec["terminationGracePeriodSeconds"] > (float(cm["data"]["ATTNSERVE_LAME_DUCK_S"])
+                                                    + float(cm["data"]["ATTNSERVE_GRACE_PERIOD_S"]))
 
     ann = pod["metadata"]["annotations"]
     assert ann["prometheus.io/scrape"] == "true" and ann["prometheus.io/port"] == str(METRICS_PORT)

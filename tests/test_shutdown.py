@@ -1,4 +1,5 @@
-"""Graceful shutdown of the real `attnserve-server` process: SIGTERM with a burst in flight."""
+"""Graceful shutdown of the real `attnserve-server` process: SIGTERM with a burst in flight, and
+SIGTERM arriving a few milliseconds after a burst was sent (the lame duck: service/server.py)."""
 import asyncio
 import signal
 import time
@@ -9,6 +10,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from prometheus_client.parser import text_string_to_metric_families
 
 from attnserve.v1 import attnserve_pb2 as pb, attnserve_pb2_grpc as pbg
+from inference import grpc_service_pb2 as kpb, grpc_service_pb2_grpc as kpbg
 from tests.conftest import free_port
 from tests.live import spawn_server, terminate, wait_serving
 
@@ -45,7 +47,7 @@ async def test_sigterm_drains_the_burst_in_flight_then_exits_0(tiny_bundle, tmp_
     log = tmp_path / "server.log"
     # One source per step keeps the burst in flight for a second or so.
     proc = spawn_server(tiny_bundle, port, "--metrics-port", str(metrics_port), "--max-batch-size", "1",
-                        "--grace-period-s", "60", log_path=log)
+                        "--grace-period-s", "60", "--lame-duck-s", "0", log_path=log)
     try:
         await asyncio.to_thread(wait_serving, address, 120, proc)
         async with grpc.aio.insecure_channel(address) as channel:
@@ -83,3 +85,46 @@ async def test_sigterm_drains_the_burst_in_flight_then_exits_0(tiny_bundle, tmp_
     assert exit_code == 0
     assert during == grpc.StatusCode.UNAVAILABLE and after == grpc.StatusCode.UNAVAILABLE
     assert "shutting down" in log.read_text()
+
+
+def infer_request(words: list[str]) -> kpb.ModelInferRequest:
+    req = kpb.ModelInferRequest(model_name="tiny")
+    req.inputs.add(name="TEXT", datatype="BYTES", shape=[len(words)]).contents.bytes_contents.extend(
+        w.encode() for w in words)
+    return req
+
+
+SIGNAL_AFTER_MS = (0, 1, 3, 5, 10, 20)
+SIXTEEN = (WORDS * 2)[:16]
+
+
+async def test_sigterm_just_after_a_burst_loses_no_call(tiny_bundle, tmp_path, capsys):
+    """48 ModelInfer calls of 16 words over one warm connection, SIGTERM a few ms later: every
+    call is answered (the lame duck takes what arrived), at each timing; the server exits 0."""
+    rows = []
+    for after_ms in SIGNAL_AFTER_MS:
+        port = free_port()
+        proc = spawn_server(tiny_bundle, port, "--lame-duck-s", "0.5", "--grace-period-s", "30",
+                            log_path=tmp_path / f"server-{after_ms}.log")
+        try:
+            await asyncio.to_thread(wait_serving, f"127.0.0.1:{port}", 120, proc)
+            async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+                stub = kpbg.GRPCInferenceServiceStub(channel)
+                await stub.ModelInfer(infer_request(["warm"]), timeout=10)  # the connection is up
+                burst = [asyncio.ensure_future(stub.ModelInfer(infer_request(SIXTEEN), timeout=30))
+                         for _ in range(48)]
+                await asyncio.sleep(after_ms / 1000)
+                proc.send_signal(signal.SIGTERM)
+                outcomes = await asyncio.gather(*burst, return_exceptions=True)
+            exit_code = await asyncio.to_thread(proc.wait, 60)
+        finally:
+            terminate(proc)
+        failed = [f"{o.code().name}: {o.details()}" if isinstance(o, grpc.aio.AioRpcError) else repr(o)
+                  for o in outcomes if isinstance(o, Exception)]
+        rows.append((after_ms, len(burst), failed, exit_code))
+        assert all(isinstance(o, Exception) or list(o.outputs[0].shape) == [16] for o in outcomes)
+    with capsys.disabled():
+        print("\nSIGTERM after a burst of 48 x 16 words: " +
+              "; ".join(f"{ms} ms: {n} sent, {len(f)} failed, exit {code}" for ms, n, f, code in rows))
+    assert [(ms, f) for ms, _, f, _ in rows if f] == []
+    assert all(code == 0 for *_, code in rows)
