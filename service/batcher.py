@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from service.admission import ServiceRate, refusal
 from service.config import BatcherConfig
 from service.beam import beam_search
 from service.engine import GREEDY, Decoded, DecodeOptions, Engine, Running
@@ -42,11 +43,16 @@ class NotReady(RuntimeError):
     """The batch loop is not running (starting up or shutting down)."""
 
 
+class DeadlineExpired(TimeoutError):
+    """The caller's deadline passed while its source waited in the queue."""
+
+
 @dataclass
 class _Item:
     tokens: list[str]
     options: DecodeOptions
     future: asyncio.Future  # -> list[Decoded], best hypothesis first
+    deadline_s: float | None = None  # the caller's, on time.perf_counter()'s clock
     enqueued_s: float = field(default_factory=time.perf_counter)
 
 
@@ -59,6 +65,9 @@ class Batcher:
         self._arrived = asyncio.Event()
         self._task: asyncio.Task | None = None
         self._pending: set[asyncio.Future] = set()  # futures of admitted sources not yet resolved (drain)
+        # What admission estimates waits from (service/admission.py): "under load" is a half-full batch.
+        self.rate = ServiceRate(loaded_rows=max(1, cfg.max_batch_size // 2))
+        self._in_service = 0  # continuous mode: rows decoding now
         # One worker: onnxruntime already uses the cores for one batch at a time.
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="attnserve-engine")
 
@@ -92,10 +101,13 @@ class Batcher:
         self.metrics.queue_depth.set(0)
         self._executor.shutdown(wait=True)
 
-    async def transduce(self, texts: list[str], options: DecodeOptions = GREEDY) -> list[list[Decoded]]:
+    async def transduce(self, texts: list[str], options: DecodeOptions = GREEDY,
+                        deadline_s: float | None = None) -> list[list[Decoded]]:
         """Decode every text: per text its hypotheses, best first (one unless n_best > 1), in input order.
 
-        Cancelling the caller drops its sources from the queue and the running batch.
+        Raises Overloaded at once when the call cannot be answered within its deadline
+        (time.perf_counter() clock) or the queue's time bound. Cancelling the caller drops
+        its sources from the queue and the running batch.
         """
         if self._task is None:
             raise NotReady("model is not loaded yet")
@@ -107,9 +119,15 @@ class Batcher:
             if not tokens:
                 raise InvalidInput(f"inputs[{i}] is empty after tokenization")
         if len(self._queue) + len(sources) > self.cfg.max_queue_size:
+            self.metrics.admission_refusals.labels("queue_size").inc()
             raise Overloaded(f"queue is full ({len(self._queue)} of {self.cfg.max_queue_size} sources waiting)")
+        refused = refusal(len(self._queue), len(sources), self._room(), self.rate, deadline_s,
+                          self.cfg.max_queue_wait_ms)
+        if refused is not None:
+            self.metrics.admission_refusals.labels(refused[0]).inc()
+            raise Overloaded(refused[1])
         loop = asyncio.get_running_loop()
-        items = [_Item(tokens, options, loop.create_future()) for tokens in sources]
+        items = [_Item(tokens, options, loop.create_future(), deadline_s) for tokens in sources]
         self._queue.extend(items)
         self._pending.update(it.future for it in items)
         self.metrics.queue_depth.set(len(self._queue))
@@ -120,6 +138,10 @@ class Batcher:
             for it in items:  # on cancellation, the loop skips these
                 it.future.cancel()
                 self._pending.discard(it.future)
+
+    def _room(self) -> int:
+        """Sources the next batch takes in (request mode: a whole batch, after the running one)."""
+        return self.cfg.max_batch_size
 
     def _notify(self) -> None:
         """New sources are queued: wake the batch loop."""
@@ -143,16 +165,26 @@ class Batcher:
 
     def _pop_live(self, n: int) -> list[_Item]:
         """Up to n queued sources whose callers are still waiting."""
-        batch = []
+        batch, expired = [], []
+        now = time.perf_counter()
         while self._queue and len(batch) < n:
             item = self._queue.popleft()
-            if not item.future.done():  # skip sources whose caller went away
+            if item.future.done():  # skip sources whose caller went away
+                continue
+            if item.deadline_s is not None and item.deadline_s <= now:  # gRPC will cancel it any moment
+                expired.append((item, DeadlineExpired("the deadline passed while the call was queued")))
+            else:
                 batch.append(item)
+        if expired:
+            self._deliver(expired)
         self.metrics.queue_depth.set(len(self._queue))
-        now = time.perf_counter()
         for it in batch:
             self.metrics.queue_wait_seconds.observe(now - it.enqueued_s)
         return batch
+
+    def _deliver(self, outcomes: list[tuple[_Item, object]]) -> None:
+        """On the event loop: resolve futures now."""
+        _resolve(outcomes)
 
     async def _run(self) -> None:
         while True:
@@ -173,6 +205,7 @@ class Batcher:
                     it.future.set_exception(e)
             return
         self.metrics.batch_seconds.observe(time.perf_counter() - started)
+        self.rate.record(len(batch), time.perf_counter() - started, len(batch))
         for it, hyps in zip(batch, results):
             if not it.future.done():
                 it.future.set_result(hyps)
@@ -233,6 +266,10 @@ class ContinuousBatcher(Batcher):
     def _notify(self) -> None:
         self._wake.set()
 
+    def _room(self) -> int:
+        """Free rows: sources join the running batch at the next step."""
+        return max(0, self.cfg.max_batch_size - self._in_service)
+
     async def stop(self) -> None:
         if self._task is not None:
             self._stopping = True
@@ -250,18 +287,23 @@ class ContinuousBatcher(Batcher):
                 self._wake.clear()
                 continue
             joining = self._pop_live(self.cfg.max_batch_size - len(seqs)) if self._admit_now(seqs) else []
+            started = time.perf_counter()
             beams = [it for it in joining if it.options.beam_size > 1]
             if beams:  # beam search runs as its own batch between steps
                 joining = [it for it in joining if it.options.beam_size == 1]
                 self._deliver(self._outcomes(beams, self._decode_whole))
             # A cancelled caller's sequence leaves the batch before the next step.
             keep = [i for i, q in enumerate(seqs) if not q.item.future.done()]
+            self._in_service = len(seqs) + len(joining)
             try:
                 running, seqs, finished = self._step(running, seqs, keep, joining)
             except Exception as e:  # fail this batch's callers, keep the loop
                 self._deliver([(it, e) for it in [q.item for q in seqs] + joining])
                 running, seqs = None, []
                 continue
+            finally:
+                self._in_service = len(seqs)
+            self.rate.record(len(finished) + len(beams), time.perf_counter() - started, len(seqs) + len(finished))
             # Rows whose caller left while this step ran: the one step that cannot be saved
             # (they leave at the next `keep`). Reading a future's state from this thread is a benign race.
             self.metrics.decode_row_steps_after_cancel.inc(

@@ -84,7 +84,10 @@ class BatcherConfig:
     # as much as a decoder step of 20 rows for the shipped model; but 10 ms measured no better than 0
     # on 2 cores (closed loop lost ~10%: rows wait instead of decoding), so joining at once stays the default.
     max_join_wait_ms: float = 0.0
-    max_queue_size: int = 4096  # queued sources; beyond it new requests are refused
+    max_queue_size: int = 4096  # queued sources; beyond it new requests are refused (the bound on memory)
+    # The queue's bound in time (service/admission.py): a call whose expected wait, at the measured
+    # service rate, exceeds this (or its own deadline) is refused at once. 0 = only deadlines bound it.
+    max_queue_wait_ms: float = 2000.0
 
     def __post_init__(self):
         if self.mode not in BATCHING_MODES:
@@ -95,6 +98,8 @@ class BatcherConfig:
             raise ValueError(f"max_wait_ms must be >= 0, got {self.max_wait_ms}")
         if self.max_join_wait_ms < 0:
             raise ValueError(f"max_join_wait_ms must be >= 0, got {self.max_join_wait_ms}")
+        if not self.max_queue_wait_ms >= 0:
+            raise ValueError(f"max_queue_wait_ms must be >= 0 (0 = no bound), got {self.max_queue_wait_ms}")
         if self.max_queue_size < 1:
             raise ValueError(f"max_queue_size must be >= 1, got {self.max_queue_size}")
 

@@ -29,7 +29,7 @@ from service.bundle import Bundle
 from service.config import ServerConfig
 from service.convert import BadRequest, UnknownModel, has_attention
 from service.engine import Decoded, DecodeOptions
-from service.servicer import ModelServicer, model_label, observe
+from service.servicer import ModelServicer, deadline_of, model_label, observe
 
 KSERVE_SERVICE_NAME = "inference.GRPCInferenceService"
 INPUT = "TEXT"
@@ -206,7 +206,7 @@ class KServeServicer(ModelServicer):
         return await self._observe("ModelMetadata", context, self._model_metadata(request))
 
     async def ModelInfer(self, request, context):
-        return await self._observe("ModelInfer", context, self._infer(request))
+        return await self._observe("ModelInfer", context, self._infer(request, deadline_of(context)))
 
     async def ModelConfig(self, request, context):
         # Triton's extension; perf_analyzer reads it (and refuses to run without it).
@@ -240,9 +240,9 @@ class KServeServicer(ModelServicer):
                     for n, (dt, shape) in _outputs(bundle).items()])
         return pb.ModelConfigResponse(config=config)
 
-    async def _infer(self, request: pb.ModelInferRequest) -> pb.ModelInferResponse:
+    async def _infer(self, request: pb.ModelInferRequest, deadline_s: float | None) -> pb.ModelInferResponse:
         batcher, bundle = self._ready()
         call = parse_infer(request, self.limits, bundle)
-        hyps = await batcher.transduce(call.texts, DecodeOptions(max_output_len=call.max_output_len))
+        hyps = await batcher.transduce(call.texts, DecodeOptions(max_output_len=call.max_output_len), deadline_s)
         return to_infer_response(request, call, [h[0] for h in hyps], batcher.engine.tgt_joiner, bundle)
 

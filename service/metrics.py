@@ -32,6 +32,11 @@ class Metrics:
         self.queue_wait_seconds = Histogram("attnserve_queue_wait_seconds", "Time a source waits before decoding.",
                                             buckets=LATENCY_BUCKETS_S, registry=r)
         self.queue_depth = Gauge("attnserve_queue_depth", "Sources waiting to be batched.", registry=r)
+        # Refused at admission (service/admission.py), by why: the expected wait did not fit the
+        # call's deadline, or max_queue_wait_ms; or the queue held max_queue_size sources.
+        self.admission_refusals = Counter("attnserve_admission_refusals",
+                                          "Calls refused RESOURCE_EXHAUSTED at admission, by reason.",
+                                          ["reason"], registry=r)
         self.decode_steps = Counter("attnserve_decode_steps", "Decoder steps run (one per batch step).", registry=r)
         self.generated_tokens = Counter("attnserve_generated_tokens", "Output tokens generated.", registry=r)
         self.model_load_seconds = Gauge("attnserve_model_load_seconds", "Time to verify, load and warm the model.",

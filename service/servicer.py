@@ -13,7 +13,7 @@ import grpc
 
 from attnserve.v1 import attnserve_pb2 as pb
 from service import convert
-from service.batcher import Batcher, InvalidInput, NotReady, Overloaded
+from service.batcher import Batcher, DeadlineExpired, InvalidInput, NotReady, Overloaded
 from service.bundle import Bundle, BundleError, VersionNotFound
 from service.config import ServerConfig
 from service.guard import internal_error
@@ -31,7 +31,14 @@ STATUS_OF = {
     NotReady: grpc.StatusCode.UNAVAILABLE,
     VersionNotFound: grpc.StatusCode.NOT_FOUND,  # ReloadModel: no such version directory
     BundleError: grpc.StatusCode.FAILED_PRECONDITION,  # ReloadModel: bundle refused, the old one still serves
+    DeadlineExpired: grpc.StatusCode.DEADLINE_EXCEEDED,
 }
+
+
+def deadline_of(context: grpc.aio.ServicerContext) -> float | None:
+    """The call's deadline on time.perf_counter()'s clock (what the batcher admits by), or None."""
+    left_s = context.time_remaining()
+    return None if left_s is None or left_s > 1e8 else time.perf_counter() + left_s
 
 
 def status_of(e: Exception, rpc: str) -> tuple[grpc.StatusCode, str]:
@@ -112,7 +119,8 @@ class ModelServicer:
 class TransducerServicer(ModelServicer):
 
     async def Transduce(self, raw: bytes, context: grpc.aio.ServicerContext) -> pb.TransduceResponse:
-        return await observe(self.metrics, "Transduce", model_label(self.bundle), context, self._transduce(raw))
+        return await observe(self.metrics, "Transduce", model_label(self.bundle), context,
+                             self._transduce(raw, deadline_of(context)))
 
     async def TransduceStream(self, raw_requests, context: grpc.aio.ServicerContext):
         """Every request message is decoded concurrently; responses go out as they finish.
@@ -124,7 +132,7 @@ class TransducerServicer(ModelServicer):
         async def one(raw: bytes) -> None:
             started, code = begin(self.metrics), grpc.StatusCode.OK
             try:
-                response = await self._transduce(raw)
+                response = await self._transduce(raw, deadline_of(context))
             except asyncio.CancelledError:  # the client went away; still leave the in-flight count
                 code = grpc.StatusCode.CANCELLED
                 raise
@@ -155,12 +163,12 @@ class TransducerServicer(ModelServicer):
     async def GetModelInfo(self, request: pb.GetModelInfoRequest, context) -> pb.ModelInfo:
         return await observe(self.metrics, "GetModelInfo", model_label(self.bundle), context, self._model_info())
 
-    async def _transduce(self, raw: bytes) -> pb.TransduceResponse:
+    async def _transduce(self, raw: bytes, deadline_s: float | None) -> pb.TransduceResponse:
         # No await between picking the batcher and enqueuing on it: a hot reload (service/models.py)
         # swaps batchers between two event-loop steps, so each call lands wholly on one version.
         batcher, bundle = self._ready()
         call = convert.parse_transduce(raw, self.limits, bundle.name, bundle.version)
-        results = await batcher.transduce(call.texts, call.options)
+        results = await batcher.transduce(call.texts, call.options, deadline_s)
         return convert.to_response(results, call, batcher.engine.tgt_joiner, bundle.name, bundle.version)
 
     async def _model_info(self) -> pb.ModelInfo:

@@ -6,7 +6,7 @@ import time
 import numpy as np
 import pytest
 
-from service.batcher import Batcher, InvalidInput, NotReady, Overloaded
+from service.batcher import Batcher, DeadlineExpired, InvalidInput, NotReady, Overloaded
 from service.config import BatcherConfig
 from service.engine import Decoded
 from service.metrics import Metrics
@@ -76,6 +76,70 @@ async def test_a_full_queue_refuses_new_requests_and_finishes_admitted_ones():
     assert len(rejected) + len(served) == 10
     assert len(served) <= 4 + 2  # the queue plus the batch already in the engine
     assert rejected and "queue is full" in str(rejected[0])
+    await b.stop()
+
+
+async def loaded(engine: FakeEngine, **cfg) -> tuple[Batcher, list[asyncio.Future]]:
+    """A batcher whose rate under load is measured (full batches of 4 at 20 ms: 200 sources/s), then
+    a held engine with 40 sources queued behind the batch it holds: about (40 - 4) / 200 = 180 ms of wait."""
+    b = await started(engine, max_batch_size=4, max_wait_ms=0, **cfg)
+    await asyncio.gather(*(b.transduce([f"warm{i}"]) for i in range(16)))
+    engine.gate.clear()
+    queued = [asyncio.ensure_future(b.transduce([f"q{i}"])) for i in range(44)]
+    await asyncio.sleep(0.05)  # one batch is in the held engine, 40 sources wait
+    return b, queued
+
+
+async def test_a_call_the_queue_cannot_serve_within_its_deadline_is_refused_at_once():
+    engine = FakeEngine(delay_s=0.02)
+    b, queued = await loaded(engine)
+    per_s = b.rate.sources_per_s()
+    assert 150 < per_s < 210, per_s  # the full-batch rate, not the small batches' (sleep overshoots a little)
+    t0 = time.perf_counter()
+    with pytest.raises(Overloaded, match="does not fit in the call's deadline"):
+        await b.transduce(["late"], deadline_s=time.perf_counter() + 0.1)
+    refused_in_s = time.perf_counter() - t0
+    admitted = asyncio.ensure_future(b.transduce(["patient"], deadline_s=time.perf_counter() + 5))
+    await asyncio.sleep(0)
+    engine.gate.set()
+    ((r,),) = await admitted
+    assert r.output_tokens == list("PATIENT")
+    assert all(isinstance(o, list) for o in await asyncio.gather(*queued, return_exceptions=True))
+    assert refused_in_s < 0.005  # told at once, not after waiting
+    assert "late" not in [w for batch in engine.batches for w in batch]
+    assert b.metrics.admission_refusals.labels("deadline")._value.get() == 1
+    await b.stop()
+
+
+async def test_the_queue_is_bounded_in_time_for_calls_without_a_deadline():
+    engine = FakeEngine(delay_s=0.02)
+    b, queued = await loaded(engine, max_queue_wait_ms=100)
+    # Of the 44 queued without a deadline, those past 100 ms of expected wait (~20 sources at 200/s) were refused.
+    assert 15 <= len(b._queue) <= 25, len(b._queue)
+    with pytest.raises(Overloaded, match="exceeds max_queue_wait_ms"):
+        await b.transduce([f"no-deadline{i}" for i in range(10)])  # 10 more sources: 50 ms more
+    engine.gate.set()
+    outcomes = await asyncio.gather(*queued, return_exceptions=True)
+    refused = [o for o in outcomes if isinstance(o, Overloaded)]
+    assert refused and len(refused) + sum(isinstance(o, list) for o in outcomes) == len(queued)
+    ((r,),) = await b.transduce(["now"])  # the queue drained: admitted again
+    assert r.output_tokens == list("NOW")
+    await b.stop()
+
+
+async def test_a_source_whose_deadline_passes_in_the_queue_is_not_decoded():
+    engine = FakeEngine()
+    engine.gate.clear()
+    b = await started(engine, max_batch_size=1, max_wait_ms=0)
+    first = asyncio.ensure_future(b.transduce(["first"]))
+    await asyncio.sleep(0.02)  # "first" holds the engine
+    doomed = asyncio.ensure_future(b.transduce(["doomed"], deadline_s=time.perf_counter() + 0.03))
+    await asyncio.sleep(0.06)
+    engine.gate.set()
+    with pytest.raises(DeadlineExpired):
+        await doomed
+    await first
+    assert ["doomed"] not in engine.batches
     await b.stop()
 
 

@@ -8,6 +8,7 @@ import os
 import time
 
 import grpc
+import pytest
 import pytest_asyncio
 
 from attnserve.v1 import attnserve_pb2 as pb, attnserve_pb2_grpc as pbg
@@ -88,3 +89,25 @@ async def test_flood_at_four_times_capacity(server, capsys):
     assert max(depths) <= MAX_QUEUE  # the queue, and so memory, stays bounded
     assert rss_after - rss_before < 64 * 2**20
     assert server.metrics.queue_depth._value.get() == 0 and server.metrics.inflight_requests._value.get() == 0
+
+
+async def test_a_short_deadline_past_the_admission_limit_is_refused_at_once(server, capsys):
+    """Over gRPC: with a queue ahead that the caller's deadline cannot wait out, the call hears
+    RESOURCE_EXHAUSTED at once (it is not queued to time out), and the queued work completes."""
+    request = pb.TransduceRequest(inputs=WORDS, options=pb.DecodeOptions(return_attention=False))
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{server.port}") as channel:
+        stub = pbg.TransducerStub(channel)
+        await stub.Transduce(request, timeout=30)  # the service rate is measured
+        backlog = [asyncio.ensure_future(stub.Transduce(request, timeout=30)) for _ in range(4)]  # 32 sources
+        while server.metrics.queue_depth._value.get() < 24:
+            await asyncio.sleep(0.001)
+        t0 = time.perf_counter()
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await stub.Transduce(pb.TransduceRequest(inputs=["late"]), timeout=0.015)
+        refused_ms = (time.perf_counter() - t0) * 1000
+        replies = await asyncio.gather(*backlog)
+    with capsys.disabled():
+        print(f"\nadmission: refused in {refused_ms:.1f} ms: {refused.value.details()}")
+    assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert "deadline" in refused.value.details() and refused_ms < 15
+    assert all(len(r.results) == len(WORDS) for r in replies)
