@@ -88,6 +88,20 @@ report: $(VENV)/.dev-installed
 	$(PIP) install -q -e ".[dev,bench]"
 	$(PY) -m training.report --minutes-per-variant $(REPORT_MINUTES)
 
+# Not part of `make test`: goodput of the real server offered 1x, 3x and 10x its capacity (bench/overload.py),
+# with a C++ load generator (bench/cpp/loadgen.cc) built against Debian's libgrpc++-dev, so that the client's
+# CPU stays small beside the server's. Results in bench/results/overload.{json,md}.
+LOADGEN := build/attnserve-loadgen
+OVERLOAD_DEPS := g++ make pkg-config libgrpc++-dev
+$(LOADGEN): bench/cpp/loadgen.cc bench/cpp/Makefile
+	@pkg-config --exists grpc++ || $(APT_INSTALL) $(OVERLOAD_DEPS) || \
+	  { $(SUDO) apt-get update -q && $(APT_INSTALL) $(OVERLOAD_DEPS); }
+	mkdir -p build
+	$(MAKE) -C bench/cpp BIN=$(abspath $(LOADGEN))
+.PHONY: overload
+overload: $(VENV)/.dev-installed $(LOADGEN)
+	$(PY) -m bench.overload --bundle $(MODEL_DIR)/$(MODEL_VERSION) --loadgen $(LOADGEN)
+
 # Not part of `make test`: a real server under steady varied load for SOAK_SECONDS (default 10 minutes);
 # prints requests served, errors (must be 0) and the server's RSS at start and end. scripts/soak.py --help.
 SOAK_SECONDS ?= 600
@@ -100,4 +114,4 @@ evaluate: $(VENV)/.dev-installed
 	$(VENV)/bin/attnserve-eval --server localhost:50051 --split test
 
 clean:
-	rm -rf $(VENV) gen .pytest_cache
+	rm -rf $(VENV) gen build .pytest_cache

@@ -24,7 +24,7 @@ import math
 import time
 
 # Admit when the expected wait fits in this share of the time the caller has left.
-DEADLINE_HEADROOM = 0.8
+DEADLINE_HEADROOM = 0.6
 # The rate is an average over about this much recent engine time.
 RATE_WINDOW_S = 0.5
 

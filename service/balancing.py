@@ -7,7 +7,10 @@ on Kubernetes, or `ipv4:127.0.0.1:50051,127.0.0.1:50052`), the service config be
   (the server's lame duck after SIGTERM) gets no new calls while it finishes the ones it has;
 - retry a call that failed UNAVAILABLE (a replica that stopped, a connection closed by GOAWAY)
   on another replica, with backoff. Only UNAVAILABLE: the server answered nothing, so a retry
-  cannot run a request twice.
+  cannot run a request twice. Never RESOURCE_EXHAUSTED: an overloaded server said so at once
+  (service/admission.py), and retrying would only add load;
+- throttle retries when most calls fail (`retryThrottling`, gRPC's form of the SRE book's
+  client-side adaptive throttling): retries stop while failures outnumber successes.
 The server's maximum connection age (`--max-connection-age-s`) closes connections now and then,
 so long-lived clients re-resolve DNS and find new replicas.
 
@@ -20,6 +23,8 @@ import json
 SERVICE_CONFIG = {
     "loadBalancingConfig": [{"round_robin": {}}],
     "healthCheckConfig": {"serviceName": ""},
+    # Each failure takes a token, each success gives back 0.1; below half of maxTokens, no retries.
+    "retryThrottling": {"maxTokens": 10, "tokenRatio": 0.1},
     "methodConfig": [{
         "name": [{}],  # every method of every service
         "retryPolicy": {

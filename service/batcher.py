@@ -68,6 +68,8 @@ class Batcher:
         # What admission estimates waits from (service/admission.py): "under load" is a half-full batch.
         self.rate = ServiceRate(loaded_rows=max(1, cfg.max_batch_size // 2))
         self._in_service = 0  # continuous mode: rows decoding now
+        self._last_end_s = 0.0  # request mode: when the last batch finished
+        self._batch_s = 0.0  # request mode: recent batches' wall time (a source with less time left is dropped)
         # One worker: onnxruntime already uses the cores for one batch at a time.
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="attnserve-engine")
 
@@ -171,8 +173,10 @@ class Batcher:
             item = self._queue.popleft()
             if item.future.done():  # skip sources whose caller went away
                 continue
-            if item.deadline_s is not None and item.deadline_s <= now:  # gRPC will cancel it any moment
-                expired.append((item, DeadlineExpired("the deadline passed while the call was queued")))
+            if item.deadline_s is not None and item.deadline_s - now <= self._batch_s:
+                # Its deadline passes before a batch could finish: decoding it would only delay the others.
+                expired.append((item, DeadlineExpired("the deadline passed, or would pass within the batch, while "
+                                                      "the call was queued")))
             else:
                 batch.append(item)
         if expired:
@@ -197,6 +201,9 @@ class Batcher:
     async def _decode_and_resolve(self, batch: list[_Item]) -> None:
         """Decode whole items in the worker thread; an engine failure fails only these callers."""
         started = time.perf_counter()
+        # The rate admission uses is wall time from when this batch could start (the previous one's
+        # end, or its first arrival) to its end: the hand-offs through a busy event loop count too.
+        could_start = max(self._last_end_s, min(it.enqueued_s for it in batch))
         try:
             results = await asyncio.get_running_loop().run_in_executor(self._executor, self._decode_whole, batch)
         except Exception as e:
@@ -204,8 +211,11 @@ class Batcher:
                 if not it.future.done():
                     it.future.set_exception(e)
             return
-        self.metrics.batch_seconds.observe(time.perf_counter() - started)
-        self.rate.record(len(batch), time.perf_counter() - started, len(batch))
+        end = time.perf_counter()
+        self.metrics.batch_seconds.observe(end - started)
+        self.rate.record(len(batch), end - could_start, len(batch))
+        self._last_end_s = end
+        self._batch_s = 0.8 * self._batch_s + 0.2 * (end - started)
         for it, hyps in zip(batch, results):
             if not it.future.done():
                 it.future.set_result(hyps)

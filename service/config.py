@@ -32,6 +32,15 @@ class ServerConfig:
     # spread onto new replicas; in-flight calls get the grace to finish. 0 = never.
     max_connection_age_s: float = 300.0
     max_connection_age_grace_s: float = 30.0
+    # gRPC's own backlog: calls received but not yet taken in by the event loop. Past what the
+    # transport can take in (~0.3 ms of CPU a call here), that backlog only grows and every call
+    # waits in it until its deadline; bounding it lets gRPC shed the excess at once (CANCELLED,
+    # with a probability rising from max_pending_calls to 1 at max_pending_calls_hard; calls older
+    # than max_pending_age_s too), so the calls taken in are fresh. `make overload` measured 10x
+    # offered load: goodput 0.13 of capacity without the bound, 0.72 with these values.
+    max_pending_calls: int = 128
+    max_pending_calls_hard: int = 512
+    max_pending_age_s: int = 1
     max_message_bytes: int = 16 * 1024 * 1024
     # Transport security (see service/security.py). A cert and key turn TLS on; a client CA
     # on top makes it mutual TLS (clients must present a certificate signed by that CA).
@@ -46,7 +55,10 @@ class ServerConfig:
             raise ValueError(f"port must be in 0..65535, got {self.port}")
         if not -1 <= self.metrics_port <= 65535:
             raise ValueError(f"metrics_port must be in -1..65535, got {self.metrics_port}")
-        for name in ("max_inputs_per_request", "max_input_len", "max_message_bytes"):
+        if not 0 <= self.max_pending_calls <= self.max_pending_calls_hard:
+            raise ValueError(f"max_pending_calls ({self.max_pending_calls}) must be in 0..max_pending_calls_hard "
+                             f"({self.max_pending_calls_hard})")
+        for name in ("max_inputs_per_request", "max_input_len", "max_message_bytes", "max_pending_age_s"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         for name in ("lame_duck_s", "grace_period_s", "max_connection_age_s", "max_connection_age_grace_s"):

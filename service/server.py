@@ -37,7 +37,10 @@ SERVING, NOT_SERVING = health_pb2.HealthCheckResponse.SERVING, health_pb2.Health
 
 def grpc_options(cfg: ServerConfig) -> list[tuple[str, int]]:
     options = [("grpc.max_receive_message_length", cfg.max_message_bytes),
-               ("grpc.max_send_message_length", cfg.max_message_bytes)]
+               ("grpc.max_send_message_length", cfg.max_message_bytes),
+               ("grpc.server.max_pending_requests", cfg.max_pending_calls),
+               ("grpc.server.max_pending_requests_hard_limit", cfg.max_pending_calls_hard),
+               ("grpc.server_max_unrequested_time_in_server", cfg.max_pending_age_s)]
     if cfg.max_connection_age_s > 0:
         options += [("grpc.max_connection_age_ms", round(cfg.max_connection_age_s * 1000)),
                     ("grpc.max_connection_age_grace_ms", round(cfg.max_connection_age_grace_s * 1000))]

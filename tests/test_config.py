@@ -45,3 +45,26 @@ def test_model_version_poll_and_security_settings_are_flags_and_env(tmp_path):
         RepositoryConfig(model_version="../x")
     with pytest.raises(ValueError, match="model_poll_s must be >= 0 .* got -1"):
         RepositoryConfig(model_poll_s=-1)
+
+
+def test_edge_settings_are_checked_and_reach_grpc():
+    from service.config import BatcherConfig
+    from service.server import grpc_options
+
+    cfg = parse_config(["--lame-duck-s", "0.5", "--max-connection-age-s", "60"],
+                       {"ATTNSERVE_MAX_PENDING_CALLS": "32", "ATTNSERVE_MAX_QUEUE_WAIT_MS": "250"})
+    assert cfg.server.lame_duck_s == 0.5 and cfg.batcher.max_queue_wait_ms == 250
+    options = dict(grpc_options(cfg.server))
+    assert options["grpc.max_connection_age_ms"] == 60_000 and options["grpc.server.max_pending_requests"] == 32
+    assert options["grpc.server.max_pending_requests_hard_limit"] == cfg.server.max_pending_calls_hard
+    assert "grpc.max_connection_age_ms" not in dict(grpc_options(ServerConfig(max_connection_age_s=0)))
+    for bad, match in (({"lame_duck_s": -1}, "lame_duck_s must be >= 0, got -1"),
+                       ({"grace_period_s": float("nan")}, "grace_period_s must be >= 0, got nan"),
+                       ({"max_pending_calls": 600}, r"max_pending_calls \(600\) must be in 0..max_pending_calls_hard")):
+        with pytest.raises(ValueError, match=match):
+            ServerConfig(**bad)
+    with pytest.raises(ValueError, match="max_queue_wait_ms must be >= 0"):
+        BatcherConfig(max_queue_wait_ms=-5)
+    with pytest.raises(ValueError, match="model_version must be a version directory name"):
+        from service.config import RepositoryConfig
+        RepositoryConfig(model_version="²")  # str.isdigit() says yes; int() says no
