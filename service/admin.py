@@ -2,8 +2,9 @@
 
 Registered as its own generic handler beside the Transducer's data-plane methods, so
 the admin surface stays in one small place. It can only choose a version directory
-inside the server's configured model directory, never a path; with a bearer token
-configured it needs the token like every other RPC.
+inside the server's configured model directory, never a path. Closed by default: with a
+bearer token configured it needs the token like every other RPC; without one it answers
+PERMISSION_DENIED unless the server was started with --admin-without-token true.
 """
 from __future__ import annotations
 
@@ -17,15 +18,19 @@ from service.servicer import SERVICE_NAME, model_label, observe
 
 
 class AdminServicer:
-    def __init__(self, models: ModelManager, metrics: Metrics):
+    def __init__(self, models: ModelManager, metrics: Metrics, open_: bool):
         self.models = models
         self.metrics = metrics
+        self.open = open_  # a bearer token guards every call, or the operator opened admin explicitly
 
     async def ReloadModel(self, request: pb.ReloadModelRequest, context: grpc.aio.ServicerContext) -> pb.ModelInfo:
         return await observe(self.metrics, "ReloadModel", model_label(self.models.bundle), context,
                              self._reload(request.model_version))
 
     async def _reload(self, version: str) -> pb.ModelInfo:
+        if not self.open:
+            raise convert.PermissionDenied("admin calls are closed on this server: configure a bearer token "
+                              "(--auth-token-file or ATTNSERVE_AUTH_TOKEN) or start it with --admin-without-token true")
         bundle = await self.models.load(version)
         return convert.to_model_info(bundle.manifest)
 

@@ -49,6 +49,10 @@ class ServerConfig:
     tls_client_ca_file: str = ""
     # A file holding the shared-secret bearer token (or env ATTNSERVE_AUTH_TOKEN; never a flag).
     auth_token_file: str = ""
+    # Admin RPCs (ReloadModel) answer PERMISSION_DENIED unless a bearer token is configured (then
+    # they need it, like every call) or this opens them explicitly, for a server only trusted
+    # callers can reach: anyone who reaches the port could otherwise switch the served version.
+    admin_without_token: bool = False
 
     def __post_init__(self):
         if not 0 <= self.port <= 65535:
@@ -147,6 +151,19 @@ def _flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
+def _bool(raw: str) -> bool:
+    """bool("false") is True: flags and environment variables spell booleans out."""
+    if raw.lower() in ("1", "true", "yes", "on"):
+        return True
+    if raw.lower() in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(f"{raw!r} is not a boolean (true/false)")
+
+
+def _parser_of(default):
+    return _bool if isinstance(default, bool) else type(default)
+
+
 def parse_config(argv: list[str] | None = None, environ: dict[str, str] | None = None) -> Config:
     """Flags, then ATTNSERVE_* environment variables, then defaults."""
     environ = os.environ if environ is None else environ
@@ -156,7 +173,7 @@ def parse_config(argv: list[str] | None = None, environ: dict[str, str] | None =
     for section, cls in SECTIONS.items():
         group = p.add_argument_group(section)
         for f in fields(cls):
-            group.add_argument(_flag(f.name), type=type(f.default), dest=f"{section}.{f.name}",
+            group.add_argument(_flag(f.name), type=_parser_of(f.default), dest=f"{section}.{f.name}",
                                help=f"[env {ENV_PREFIX}{f.name.upper()}, default {f.default}]")
     args = vars(p.parse_args(argv))
 
@@ -167,7 +184,7 @@ def parse_config(argv: list[str] | None = None, environ: dict[str, str] | None =
         if raw is None:
             return default
         try:
-            return type(default)(raw)
+            return _parser_of(default)(raw)
         except ValueError:
             raise SystemExit(f"{ENV_PREFIX}{name.upper()}={raw!r} is not a valid {type(default).__name__}")
 

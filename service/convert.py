@@ -26,6 +26,10 @@ class UnknownModel(LookupError):
     """Maps to NOT_FOUND."""
 
 
+class PermissionDenied(Exception):
+    """Maps to PERMISSION_DENIED (an admin RPC on a server that opens none)."""
+
+
 @dataclass(frozen=True)
 class TransduceCall:
     texts: list[str]

@@ -99,8 +99,8 @@ class AttnServer:
         interceptors = [GuardInterceptor()] + ([BearerTokenInterceptor(token, self.metrics)] if self.auth else [])
         self.grpc = grpc.aio.server(interceptors=interceptors, options=grpc_options(cfg.server))
         services = ServiceRecorder(self.grpc)
-        services.add_generic_rpc_handlers((handler(self.servicer), admin_handler(AdminServicer(self.models,
-                                                                                                self.metrics))))
+        admin = AdminServicer(self.models, self.metrics, open_=self.auth or cfg.server.admin_without_token)
+        services.add_generic_rpc_handlers((handler(self.servicer), admin_handler(admin)))
         kserve_grpc.add_GRPCInferenceServiceServicer_to_server(self.kserve, services)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, services)
         reflection.enable_server_reflection(services.names + [reflection.SERVICE_NAME], self.grpc)

@@ -28,7 +28,8 @@ async def started():
 
     async def start(model_dir, mode="continuous", **repository):
         s = await start_loaded(Config(model_dir=model_dir,
-                                      server=ServerConfig(host="127.0.0.1", port=0, metrics_port=-1, grace_period_s=10),
+                                      server=ServerConfig(host="127.0.0.1", port=0, metrics_port=-1, grace_period_s=10,
+                                                          admin_without_token=True),
                                       batcher=BatcherConfig(mode=mode, max_batch_size=16, max_wait_ms=2),
                                       repository=RepositoryConfig(**repository)))
         servers.append(s)

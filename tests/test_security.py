@@ -166,3 +166,40 @@ def test_unusable_pem_files_stop_the_server_with_their_names(pki, token_file, ti
         build(tls_cert_file=pki.server_cert, tls_key_file=pki.client_key)  # a key of another certificate
     with pytest.raises(SecurityError, match=f"tls_client_ca_file '{token_file}' is not a PEM CA"):
         build(tls_cert_file=pki.server_cert, tls_key_file=pki.server_key, tls_client_ca_file=token_file)
+
+
+async def test_admin_calls_are_closed_unless_a_token_or_the_flag_opens_them(tiny_bundle, token_server):
+    """ReloadModel: PERMISSION_DENIED on a server with neither a token nor --admin-without-token; with
+    a token, the token opens it; the flag opens it on a trusted network."""
+    async def reload(address, metadata=None) -> grpc.StatusCode:
+        async with grpc.aio.insecure_channel(address) as channel:
+            stub = pbg.TransducerStub(channel)
+            return await code_of(stub.ReloadModel(pb.ReloadModelRequest(model_version="1"), timeout=30,
+                                                  metadata=metadata))
+
+    closed = await started(tiny_bundle)
+    opened = await started(tiny_bundle, admin_without_token=True)
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{closed.port}") as channel:
+            with pytest.raises(grpc.aio.AioRpcError) as refused:
+                await pbg.TransducerStub(channel).ReloadModel(pb.ReloadModelRequest(), timeout=10)
+        assert refused.value.code() == grpc.StatusCode.PERMISSION_DENIED
+        assert "--admin-without-token" in refused.value.details()
+        assert await reload(f"127.0.0.1:{opened.port}") == grpc.StatusCode.OK
+        token = (("authorization", "Bearer " + TOKEN),)
+        assert await reload(f"127.0.0.1:{token_server.port}", token) == grpc.StatusCode.OK
+        assert await reload(f"127.0.0.1:{token_server.port}") == grpc.StatusCode.UNAUTHENTICATED
+    finally:
+        await closed.stop(0)
+        await opened.stop(0)
+
+
+def test_the_admin_flag_reads_booleans_from_flags_and_environment():
+    from service.config import parse_config
+
+    assert parse_config([], {}).server.admin_without_token is False
+    assert parse_config([], {"ATTNSERVE_ADMIN_WITHOUT_TOKEN": "false"}).server.admin_without_token is False
+    assert parse_config([], {"ATTNSERVE_ADMIN_WITHOUT_TOKEN": "true"}).server.admin_without_token is True
+    assert parse_config(["--admin-without-token", "yes"], {}).server.admin_without_token is True
+    with pytest.raises(SystemExit, match="ATTNSERVE_ADMIN_WITHOUT_TOKEN='maybe'"):
+        parse_config([], {"ATTNSERVE_ADMIN_WITHOUT_TOKEN": "maybe"})
