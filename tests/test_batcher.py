@@ -361,3 +361,22 @@ async def test_continuous_engine_fault_fails_its_batch_and_the_loop_survives():
     ((r,),) = await b.transduce(["fine"])
     assert "".join(r.output_tokens) == "fine"
     await b.stop()
+
+
+async def test_continuous_admission_counts_free_rows_and_refuses_what_the_queue_cannot_serve_in_time():
+    """Step-level batching: a call that fits in the running batch's free rows is admitted whatever
+    its deadline; once rows are full and a queue stands, a short deadline is refused at once."""
+    engine = StepEngine(step_s=0.004)  # 5-letter words: 6 steps, ~25 ms each at 4 rows
+    b = await continuous(engine, max_batch_size=4)
+    await asyncio.gather(*(b.transduce([f"warm{i}"]) for i in range(16)))  # the rate under load
+    assert b.rate.sources_per_s() is not None
+    ((r,),) = await b.transduce(["alone"], deadline_s=time.perf_counter() + 0.001)  # free rows: admitted
+    assert r.output_tokens == list("alone")
+    busy = [asyncio.ensure_future(b.transduce([f"busy{i}"])) for i in range(24)]  # 4 rows + 20 queued
+    await asyncio.sleep(0.01)
+    t0 = time.perf_counter()
+    with pytest.raises(Overloaded, match="does not fit in the call's deadline"):
+        await b.transduce(["late"], deadline_s=time.perf_counter() + 0.05)
+    assert time.perf_counter() - t0 < 0.005
+    assert all(len(o) == 1 for o in await asyncio.gather(*busy))
+    await b.stop()
