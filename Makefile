@@ -1,8 +1,9 @@
-# attnserve: `make serve` serves the shipped model, `make test` runs the whole suite.
+# attnserve: `make serve` serves every shipped model (models/), `make test` runs the whole suite.
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
+MODEL_REPOSITORY ?= models
 MODEL_DIR ?= models/g2p-en
 PROTO := protos/attnserve/v1/attnserve.proto
 # The Open Inference Protocol (KServe v2 / Triton) service, served beside the native API.
@@ -12,7 +13,7 @@ GEN := gen/attnserve/v1/attnserve_pb2.py
 .PHONY: serve test install-serve install-dev protos train export quantize bench evaluate report clean
 
 serve: $(VENV)/.serve-installed
-	$(VENV)/bin/attnserve-server --model-dir $(MODEL_DIR)
+	$(VENV)/bin/attnserve-server --model-repository $(MODEL_REPOSITORY)
 
 test: system-deps $(VENV)/.dev-installed
 	$(PY) -m pytest -q

@@ -13,25 +13,28 @@ import grpc
 from attnserve.v1 import attnserve_pb2 as pb
 from service import convert
 from service.metrics import Metrics
-from service.models import ModelManager
-from service.servicer import SERVICE_NAME, model_label, observe
+from service.repository import ModelRepository
+from service.servicer import SERVICE_NAME, Served, observe
 
 
 class AdminServicer:
-    def __init__(self, models: ModelManager, metrics: Metrics, open_: bool):
-        self.models = models
+    def __init__(self, repository: ModelRepository, metrics: Metrics, open_: bool):
+        self.repository = repository
         self.metrics = metrics
         self.open = open_  # a bearer token guards every call, or the operator opened admin explicitly
 
     async def ReloadModel(self, request: pb.ReloadModelRequest, context: grpc.aio.ServicerContext) -> pb.ModelInfo:
-        return await observe(self.metrics, "ReloadModel", model_label(self.models.bundle), context,
-                             self._reload(request.model_version))
+        served = Served()
+        return await observe(self.metrics, "ReloadModel", served, context,
+                             self._reload(request.model_name, request.model_version, served))
 
-    async def _reload(self, version: str) -> pb.ModelInfo:
+    async def _reload(self, name: str, version: str, served: Served) -> pb.ModelInfo:
         if not self.open:
             raise convert.PermissionDenied("admin calls are closed on this server: configure a bearer token "
                               "(--auth-token-file or ATTNSERVE_AUTH_TOKEN) or start it with --admin-without-token true")
-        bundle = await self.models.load(version)
+        manager = self.repository.manager(name)
+        served.model = manager.name
+        bundle = await manager.load(version)
         return convert.to_model_info(bundle.manifest)
 
 

@@ -84,6 +84,6 @@ def refusal(queued: int, own: int, room: int, rate: ServiceRate, deadline_s: flo
         if wait_s > DEADLINE_HEADROOM * left_s:
             return "deadline", f"overloaded: {expected} does not fit in the call's deadline " \
                                f"({max(left_s, 0) * 1000:.0f} ms left); retry later or elsewhere"
-    if max_queue_wait_ms > 0 and wait_s * 1000 > max_queue_wait_ms:
+    elif max_queue_wait_ms > 0 and wait_s * 1000 > max_queue_wait_ms:  # a caller without a deadline
         return "queue_wait", f"overloaded: {expected} exceeds max_queue_wait_ms ({max_queue_wait_ms:g}); retry later"
     return None

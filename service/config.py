@@ -33,13 +33,14 @@ class ServerConfig:
     max_connection_age_s: float = 300.0
     max_connection_age_grace_s: float = 30.0
     # gRPC's own backlog: calls received but not yet taken in by the event loop. Past what the
-    # transport can take in (~0.3 ms of CPU a call here), that backlog only grows and every call
-    # waits in it until its deadline; bounding it lets gRPC shed the excess at once (CANCELLED,
-    # with a probability rising from max_pending_calls to 1 at max_pending_calls_hard; calls older
-    # than max_pending_age_s too), so the calls taken in are fresh. `make overload` measured 10x
-    # offered load: goodput 0.13 of capacity without the bound, 0.72 with these values.
-    max_pending_calls: int = 128
-    max_pending_calls_hard: int = 512
+    # transport can take in (~0.3 ms of CPU a call here) it grows, and every call waits in it, FIFO;
+    # past max_pending_calls gRPC sheds arrivals at once (CANCELLED) with a probability rising to 1
+    # at max_pending_calls_hard, and calls older than max_pending_age_s. A tight bound keeps the
+    # calls taken in fresh under sustained overload, a loose one absorbs bursts; `make overload`
+    # measures both (README, Overload): 128/512 held goodput at 0.64 of capacity at 10x sustained
+    # load but answered 529 of 1,000 calls sent at once (shedding 471), against 888 with these defaults.
+    max_pending_calls: int = 1000
+    max_pending_calls_hard: int = 4000
     max_pending_age_s: int = 1
     max_message_bytes: int = 16 * 1024 * 1024
     # Transport security (see service/security.py). A cert and key turn TLS on; a client CA
@@ -136,7 +137,11 @@ class RepositoryConfig:
 
 @dataclass(frozen=True)
 class Config:
-    model_dir: Path = Path("models/g2p-en")
+    # Every `<name>/<version>/` model under model_repository is served (service/repository.py);
+    # model_dir, when set, serves that one model (a model directory or a bundle) instead.
+    model_repository: Path = Path("models")
+    model_dir: Path | None = None
+    default_model: str = ""  # the model a request without a model name gets; "" = the only one
     server: ServerConfig = field(default_factory=ServerConfig)
     batcher: BatcherConfig = field(default_factory=BatcherConfig)
     engine: EngineConfig = field(default_factory=EngineConfig)
@@ -168,8 +173,13 @@ def parse_config(argv: list[str] | None = None, environ: dict[str, str] | None =
     """Flags, then ATTNSERVE_* environment variables, then defaults."""
     environ = os.environ if environ is None else environ
     p = argparse.ArgumentParser(prog="attnserve-server", description="Serve an attnserve model bundle over gRPC.")
-    p.add_argument("--model-dir", type=Path, help="bundle directory or model directory (latest version) "
-                   "[env ATTNSERVE_MODEL_DIR, default models/g2p-en]")
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--model-repository", type=Path, help="serve every <name>/<version>/ model in this "
+                       "directory [env ATTNSERVE_MODEL_REPOSITORY, default models]")
+    where.add_argument("--model-dir", type=Path, help="serve only this model directory or bundle "
+                       "[env ATTNSERVE_MODEL_DIR]")
+    p.add_argument("--default-model", help="the model of requests that name none [env ATTNSERVE_DEFAULT_MODEL, "
+                   "default: the only model]")
     for section, cls in SECTIONS.items():
         group = p.add_argument_group(section)
         for f in fields(cls):
@@ -193,4 +203,9 @@ def parse_config(argv: list[str] | None = None, environ: dict[str, str] | None =
                  for section, cls in SECTIONS.items()}
     except ValueError as e:
         p.error(str(e))
-    return Config(model_dir=Path(value("model_dir", "model_dir", str(Config.model_dir))), **built)
+    model_dir = value("model_dir", "model_dir", "")
+    repository = value("model_repository", "model_repository", str(Config.model_repository))
+    if args.get("model_repository") is not None and model_dir and args.get("model_dir") is None:
+        model_dir = ""  # a --model-repository flag wins over ATTNSERVE_MODEL_DIR
+    return Config(model_repository=Path(repository), model_dir=Path(model_dir) if model_dir else None,
+                  default_model=value("default_model", "default_model", ""), **built)

@@ -13,6 +13,7 @@ from google.protobuf.message import DecodeError
 from attnserve.v1 import attnserve_pb2 as pb
 from service.config import ServerConfig
 from service.engine import Decoded, DecodeOptions
+from service.repository import UnknownModel  # noqa: F401  (maps to NOT_FOUND; raised here and there)
 
 EOS_LABEL = "</s>"
 ATTENTION_MODE_OF = {pb.ATTENTION_MODE_SOFT: "soft", pb.ATTENTION_MODE_HARD: "hard", pb.ATTENTION_MODE_TOP_K: "topk"}
@@ -22,8 +23,6 @@ class BadRequest(ValueError):
     """Maps to INVALID_ARGUMENT; the message names the offending field."""
 
 
-class UnknownModel(LookupError):
-    """Maps to NOT_FOUND."""
 
 
 class PermissionDenied(Exception):
@@ -36,10 +35,12 @@ class TransduceCall:
     options: DecodeOptions
     return_attention: bool
     request_id: str = ""
+    model_name: str = ""  # "" = the server's default model
+    model_version: str = ""
 
 
-def parse_transduce(raw: bytes, limits: ServerConfig, model_name: str, model_version: str) -> TransduceCall:
-    """Parse and validate a serialized TransduceRequest.
+def parse_transduce(raw: bytes, limits: ServerConfig) -> TransduceCall:
+    """Parse and validate a serialized TransduceRequest (which model serves it is the caller's to find).
 
     The servicer receives raw bytes so that invalid UTF-8 in `inputs` becomes a
     clear INVALID_ARGUMENT here instead of an opaque deserialization failure.
@@ -48,11 +49,6 @@ def parse_transduce(raw: bytes, limits: ServerConfig, model_name: str, model_ver
         req = pb.TransduceRequest.FromString(raw)
     except DecodeError:
         raise BadRequest("malformed TransduceRequest (not a valid message, or inputs not valid UTF-8)") from None
-    if req.model_name and req.model_name != model_name:
-        raise UnknownModel(f"model_name {req.model_name!r} is not served here (serving {model_name!r})")
-    if req.model_version and req.model_version != model_version:
-        raise UnknownModel(f"model_version {req.model_version!r} of {model_name!r} is not served here "
-                           f"(serving version {model_version!r})")
     if not req.inputs:
         raise BadRequest("inputs is empty: send at least one input")
     if len(req.inputs) > limits.max_inputs_per_request:
@@ -73,7 +69,14 @@ def parse_transduce(raw: bytes, limits: ServerConfig, model_name: str, model_ver
     except ValueError as e:
         raise BadRequest(f"options.{e}") from None
     return TransduceCall(texts=list(req.inputs), options=options, request_id=req.request_id,
-                         return_attention=opts.return_attention if opts.HasField("return_attention") else True)
+                         return_attention=opts.return_attention if opts.HasField("return_attention") else True,
+                         model_name=req.model_name, model_version=req.model_version)
+
+
+def check_version(requested: str, name: str, served: str) -> None:
+    """A request may name the served version of its model, or none."""
+    if requested and requested != served:
+        raise UnknownModel(f"model_version {requested!r} of {name!r} is not served here (serving version {served!r})")
 
 
 def to_result(hyps: list[Decoded], joiner: str, return_attention: bool) -> pb.Result:

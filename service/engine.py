@@ -32,9 +32,9 @@ class EngineConfig:
     # The process's onnxruntime intra-op pool (0 = one thread per physical core). 1 on purpose: the
     # gRPC transport needs a core of its own (about 0.3 ms of CPU per call here). With 2 threads on
     # 2 cores the engine and the transport fight past capacity and the event loop falls behind the
-    # arrivals. `make overload` (one run): goodput at 3x and 10x capacity 0.87 and 0.59 of capacity
-    # with 1 thread (473 and 321 calls/s), 0.42 and 0.34 with 2 (343 and 280 calls/s); but 2 threads
-    # had 50% more closed-loop capacity (818 vs 544 calls/s). --intra-op-threads 2 chooses that.
+    # arrivals. `make overload` (one run): goodput at 3x capacity 0.99 of capacity with 1 thread,
+    # 0.12 with 2; but 2 threads had 63% more closed-loop capacity (799 vs 489 calls/s).
+    # --intra-op-threads 2 chooses that (README, Overload).
     intra_op_threads: int = 1
     max_output_len: int = 40  # hard cap on decoder steps per sequence
     precision: str = "fp32"  # fp32 | int8 (the bundle's dynamically quantized graphs, `make quantize`)

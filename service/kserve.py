@@ -26,10 +26,11 @@ import numpy as np
 
 from inference import grpc_service_pb2 as pb
 from service.bundle import Bundle
+from service.repository import UnknownModel
 from service.config import ServerConfig
-from service.convert import BadRequest, UnknownModel, has_attention
+from service.convert import BadRequest, check_version, has_attention
 from service.engine import Decoded, DecodeOptions
-from service.servicer import ModelServicer, deadline_of, model_label, observe
+from service.servicer import ModelServicer, Served, deadline_of, observe
 
 KSERVE_SERVICE_NAME = "inference.GRPCInferenceService"
 INPUT = "TEXT"
@@ -61,12 +62,6 @@ def _server_version() -> str:
         return "unknown"
 
 
-def _check_model(name: str, model_version: str, bundle: Bundle) -> None:
-    if name != bundle.name:
-        raise UnknownModel(f"model_name {name!r} is not served here (serving {bundle.name!r})")
-    if model_version and model_version != bundle.version:
-        raise UnknownModel(f"model_version {model_version!r} of {name!r} is not served here "
-                           f"(serving version {bundle.version!r})")
 
 
 def split_bytes_tensor(raw: bytes, count: int) -> list[bytes]:
@@ -101,7 +96,7 @@ def _outputs(bundle: Bundle) -> dict:
 
 def parse_infer(req: pb.ModelInferRequest, limits: ServerConfig, bundle: Bundle) -> InferCall:
     """Validate a ModelInferRequest against the model's signature and the server's limits."""
-    _check_model(req.model_name, req.model_version, bundle)
+    check_version(req.model_version, bundle.name, bundle.version)
     names = [t.name for t in req.inputs]
     if names != [INPUT]:
         raise BadRequest(f"inputs must be exactly one tensor named {INPUT}, got {names}")
@@ -183,55 +178,53 @@ def to_infer_response(req: pb.ModelInferRequest, call: InferCall, results: list[
 class KServeServicer(ModelServicer):
     """inference.GRPCInferenceService: register with add_GRPCInferenceServiceServicer_to_server."""
 
-    not_ready_hint = "retry when ServerReady is true"
-
     async def ServerLive(self, request, context):
         return await self._observe("ServerLive", context, self._value(pb.ServerLiveResponse(live=True)))
 
     async def ServerReady(self, request, context):
-        ready = pb.ServerReadyResponse(ready=self.bundle is not None)
+        ready = pb.ServerReadyResponse(ready=self.repository.all_ready())
         return await self._observe("ServerReady", context, self._value(ready))
 
     async def ModelReady(self, request, context):
         # An unknown model is simply not ready: readiness probes want a yes or no, not an error.
-        b = self.bundle
-        ready = b is not None and request.name == b.name and request.version in ("", b.version)
-        return await self._observe("ModelReady", context, self._value(pb.ModelReadyResponse(ready=ready)))
+        ready = pb.ModelReadyResponse(ready=self.repository.is_ready(request.name, request.version))
+        return await self._observe("ModelReady", context, self._value(ready))
 
     async def ServerMetadata(self, request, context):
         reply = pb.ServerMetadataResponse(name="attnserve", version=_server_version(), extensions=[])
         return await self._observe("ServerMetadata", context, self._value(reply))
 
     async def ModelMetadata(self, request, context):
-        return await self._observe("ModelMetadata", context, self._model_metadata(request))
+        served = Served()
+        return await self._observe("ModelMetadata", context, self._model_metadata(request, served), served)
 
     async def ModelInfer(self, request, context):
-        return await self._observe("ModelInfer", context, self._infer(request, deadline_of(context)))
+        served = Served()
+        return await self._observe("ModelInfer", context, self._infer(request, deadline_of(context), served), served)
 
     async def ModelConfig(self, request, context):
         # Triton's extension; perf_analyzer reads it (and refuses to run without it).
-        return await self._observe("ModelConfig", context, self._model_config(request))
+        served = Served()
+        return await self._observe("ModelConfig", context, self._model_config(request, served), served)
 
-    def _observe(self, rpc: str, context, work):
-        return observe(self.metrics, rpc, model_label(self.bundle), context, work)
+    def _observe(self, rpc: str, context, work, served: Served | None = None):
+        return observe(self.metrics, rpc, served or Served(), context, work)
 
     @staticmethod
     async def _value(reply):
         # observe() awaits the RPC's work; these answers need none, but get the same metrics.
         return reply
 
-    async def _model_metadata(self, request: pb.ModelMetadataRequest) -> pb.ModelMetadataResponse:
-        _, bundle = self._ready()
-        _check_model(request.name, request.version, bundle)
+    async def _model_metadata(self, request: pb.ModelMetadataRequest, served: Served) -> pb.ModelMetadataResponse:
+        _, bundle = self._named(request.name, request.version, served)
         meta = pb.ModelMetadataResponse.TensorMetadata
         return pb.ModelMetadataResponse(
             name=bundle.name, versions=[bundle.version], platform=PLATFORM,
             inputs=[meta(name=INPUT, datatype="BYTES", shape=[-1])],
             outputs=[meta(name=n, datatype=dt, shape=shape) for n, (dt, shape) in _outputs(bundle).items()])
 
-    async def _model_config(self, request: pb.ModelConfigRequest) -> pb.ModelConfigResponse:
-        _, bundle = self._ready()
-        _check_model(request.name, request.version, bundle)
+    async def _model_config(self, request: pb.ModelConfigRequest, served: Served) -> pb.ModelConfigResponse:
+        _, bundle = self._named(request.name, request.version, served)
         # max_batch_size 0: the batch is the TEXT dimension itself, batched again across calls by our batcher.
         config = pb.ModelConfig(
             name=bundle.name, platform=PLATFORM, max_batch_size=0,
@@ -240,8 +233,17 @@ class KServeServicer(ModelServicer):
                     for n, (dt, shape) in _outputs(bundle).items()])
         return pb.ModelConfigResponse(config=config)
 
-    async def _infer(self, request: pb.ModelInferRequest, deadline_s: float | None) -> pb.ModelInferResponse:
-        batcher, bundle = self._ready()
+    def _named(self, name: str, version: str, served: Served):
+        """The Open Inference Protocol names the model in every model call."""
+        if not name:
+            raise UnknownModel("the model name is empty: the Open Inference Protocol names the model of every call")
+        batcher, bundle = self._ready(name, served)
+        check_version(version, bundle.name, bundle.version)
+        return batcher, bundle
+
+    async def _infer(self, request: pb.ModelInferRequest, deadline_s: float | None,
+                     served: Served) -> pb.ModelInferResponse:
+        batcher, bundle = self._named(request.model_name, "", served)
         call = parse_infer(request, self.limits, bundle)
         hyps = await batcher.transduce(call.texts, DecodeOptions(max_output_len=call.max_output_len), deadline_s)
         return to_infer_response(request, call, [h[0] for h in hyps], batcher.engine.tgt_joiner, bundle)

@@ -24,23 +24,26 @@ class Metrics:
                                          ["rpc", "model", "code"], buckets=LATENCY_BUCKETS_S, registry=r)
         # Stream messages count one each, as in attnserve_requests_total.
         self.inflight_requests = Gauge("attnserve_inflight_requests", "RPCs being handled right now.", registry=r)
-        self.inputs = Counter("attnserve_inputs", "Inputs (e.g. words) transduced.", registry=r)
-        self.batch_size = Histogram("attnserve_batch_size", "Sources decoded together in one engine batch.",
+        # Per model from here on (see ModelMetrics): `model` is the repository's name for it.
+        m = ["model"]
+        self.inputs = Counter("attnserve_inputs", "Inputs (e.g. words) transduced.", m, registry=r)
+        self.batch_size = Histogram("attnserve_batch_size", "Sources decoded together in one engine batch.", m,
                                     buckets=BATCH_BUCKETS, registry=r)
-        self.batch_seconds = Histogram("attnserve_batch_duration_seconds", "Engine time per batch.",
+        self.batch_seconds = Histogram("attnserve_batch_duration_seconds", "Engine time per batch.", m,
                                        buckets=LATENCY_BUCKETS_S, registry=r)
         self.queue_wait_seconds = Histogram("attnserve_queue_wait_seconds", "Time a source waits before decoding.",
-                                            buckets=LATENCY_BUCKETS_S, registry=r)
-        self.queue_depth = Gauge("attnserve_queue_depth", "Sources waiting to be batched.", registry=r)
+                                            m, buckets=LATENCY_BUCKETS_S, registry=r)
+        self.queue_depth = Gauge("attnserve_queue_depth", "Sources waiting to be batched.", m, registry=r)
         # Refused at admission (service/admission.py), by why: the expected wait did not fit the
         # call's deadline, or max_queue_wait_ms; or the queue held max_queue_size sources.
         self.admission_refusals = Counter("attnserve_admission_refusals",
                                           "Calls refused RESOURCE_EXHAUSTED at admission, by reason.",
-                                          ["reason"], registry=r)
-        self.decode_steps = Counter("attnserve_decode_steps", "Decoder steps run (one per batch step).", registry=r)
-        self.generated_tokens = Counter("attnserve_generated_tokens", "Output tokens generated.", registry=r)
+                                          ["model", "reason"], registry=r)
+        self.decode_steps = Counter("attnserve_decode_steps", "Decoder steps run (one per batch step).", m,
+                                    registry=r)
+        self.generated_tokens = Counter("attnserve_generated_tokens", "Output tokens generated.", m, registry=r)
         self.model_load_seconds = Gauge("attnserve_model_load_seconds", "Time to verify, load and warm the model.",
-                                        registry=r)
+                                        m, registry=r)
         self.model_info = Gauge("attnserve_model_info", "The served model (value 1).", ["name", "version"],
                                 registry=r)
         # Decoder work per sequence: one row-step is one sequence going through one decoder step.
@@ -48,13 +51,46 @@ class Metrics:
         # deadline passed) - continuous batching keeps it to at most one per such sequence.
         self.decode_row_steps = Counter("attnserve_decode_row_steps",
                                         "Greedy decoder row-steps run (sequences x steps; beam search not counted).",
-                                        registry=r)
+                                        m, registry=r)
         self.decode_row_steps_after_cancel = Counter(
             "attnserve_decode_row_steps_after_cancel",
             "Decoder row-steps run for sequences whose caller had cancelled or whose deadline had passed.",
-            registry=r)
+            m, registry=r)
         self.auth_failures = Counter("attnserve_auth_failures", "RPCs refused UNAUTHENTICATED (no or wrong token).",
                                      registry=r)
         self.model_reloads = Counter("attnserve_model_reloads",
                                      "Model loads (the first and every reload), by result (ok, refused).",
-                                     ["result"], registry=r)
+                                     ["model", "result"], registry=r)
+
+        self.model_load_failures = Counter("attnserve_model_load_failures",
+                                           "Models of the repository that failed to load at start-up.", ["model"],
+                                           registry=r)
+
+    def for_model(self, model: str) -> ModelMetrics:
+        return ModelMetrics(self, model)
+
+
+class _WithModel:
+    """A metric with more labels than `model`, with `model` given: `.labels(reason)`."""
+
+    def __init__(self, metric, model: str):
+        self._metric, self._model = metric, model
+
+    def labels(self, *values: str):
+        return self._metric.labels(self._model, *values)
+
+
+class ModelMetrics:
+    """One model's metrics, `model` already set: what its batcher and manager record into, by the
+    same attribute names as Metrics, so that they need not know which model they serve."""
+
+    PER_MODEL = ("inputs", "batch_size", "batch_seconds", "queue_wait_seconds", "queue_depth", "decode_steps",
+                 "generated_tokens", "model_load_seconds", "decode_row_steps", "decode_row_steps_after_cancel")
+
+    def __init__(self, metrics: Metrics, model: str):
+        self.model = model
+        for name in self.PER_MODEL:
+            setattr(self, name, getattr(metrics, name).labels(model))
+        self.admission_refusals = _WithModel(metrics.admission_refusals, model)
+        self.model_reloads = _WithModel(metrics.model_reloads, model)
+        self.model_info = metrics.model_info

@@ -1,4 +1,4 @@
-"""The served model and its hot reload, from a model directory `models/<name>/<version>/`.
+"""One served model and its hot reload, from a model directory `models/<name>/<version>/`.
 
 A reload never drops a request: the new version's bundle is verified, its engine
 built and warmed and its batcher started off to the side while the old one keeps
@@ -8,7 +8,8 @@ lands wholly on one version), and the old batcher drains what it had admitted be
 it stops. A bundle that fails verification or will not load is refused and the
 current version keeps serving.
 
-Knows nothing of gRPC: the servicers are attached through a callback.
+Knows nothing of gRPC: the servicers find the current batcher and bundle through the
+repository (service/repository.py), which holds one ModelManager per model.
 """
 from __future__ import annotations
 
@@ -16,13 +17,12 @@ import asyncio
 import logging
 import time
 from pathlib import Path
-from typing import Callable
 
 from service.batcher import Batcher, make_batcher
 from service.bundle import MANIFEST, Bundle, BundleError, load_bundle, resolve
 from service.config import Config
 from service.engine import Engine, EngineConfig
-from service.metrics import Metrics
+from service.metrics import ModelMetrics
 
 log = logging.getLogger("attnserve")
 WARMUP_WORDS = ["warmup", "a", "attention"]
@@ -43,10 +43,11 @@ def _manifest_mtime(path: Path) -> float | None:
 
 
 class ModelManager:
-    def __init__(self, cfg: Config, metrics: Metrics, attach: Callable[[Batcher, Bundle], None]):
+    def __init__(self, name: str, model_dir: Path, cfg: Config, metrics: ModelMetrics):
+        self.name = name  # the repository's name for it: its directory's
+        self.model_dir = Path(model_dir)
         self.cfg = cfg
         self.metrics = metrics
-        self._attach = attach  # points the servicers at a batcher
         self.batcher: Batcher | None = None
         self.bundle: Bundle | None = None
         self._lock = asyncio.Lock()  # one load at a time
@@ -75,7 +76,9 @@ class ModelManager:
     async def _load(self, version: str) -> Bundle:
         started = time.perf_counter()
         loop = asyncio.get_running_loop()
-        bundle = await loop.run_in_executor(None, load_bundle, self.cfg.model_dir, version)
+        bundle = await loop.run_in_executor(None, load_bundle, self.model_dir, version)
+        if bundle.name != self.name:
+            raise BundleError(bundle.path, f"its manifest names model {bundle.name!r}, not {self.name!r} (its directory)")
         current = self.bundle
         if current is not None and bundle.path == current.path and bundle.manifest == current.manifest:
             return current  # already serving exactly these files
@@ -87,8 +90,7 @@ class ModelManager:
         batcher = make_batcher(engine, self.cfg.batcher, self.metrics)
         batcher.start()
         old = self.batcher
-        self.batcher, self.bundle = batcher, bundle
-        self._attach(batcher, bundle)  # the swap: new calls go to the new version from here on
+        self.batcher, self.bundle = batcher, bundle  # the swap: new calls go to the new version from here on
         self.metrics.model_load_seconds.set(time.perf_counter() - started)
         self.metrics.model_info.labels(bundle.name, bundle.version).set(1)
         if current is not None and (current.name, current.version) != (bundle.name, bundle.version):
@@ -109,7 +111,7 @@ class ModelManager:
 
     def _latest(self) -> Path | None:
         try:
-            return resolve(self.cfg.model_dir, self.cfg.repository.model_version)
+            return resolve(self.model_dir, self.cfg.repository.model_version)
         except BundleError:
             return None
 

@@ -22,12 +22,12 @@ from prometheus_client import start_http_server
 from inference import grpc_service_pb2_grpc as kserve_grpc
 from service.admin import AdminServicer, admin_handler
 from service.batcher import Batcher
-from service.bundle import Bundle, BundleError
+from service.bundle import BundleError
 from service.config import Config, ServerConfig, parse_config
 from service.guard import GuardInterceptor
 from service.kserve import KServeServicer
 from service.metrics import Metrics
-from service.models import ModelManager
+from service.repository import ModelRepository
 from service.security import BearerTokenInterceptor, SecurityError, load_auth_token, server_credentials
 from service.servicer import SERVICE_NAME, TransducerServicer, handler
 
@@ -79,15 +79,16 @@ class ServiceRecorder:
 
 
 class AttnServer:
-    """One server: gRPC transport, health, reflection, metrics endpoint, batcher and engine."""
+    """One server: gRPC transport, health, reflection, metrics endpoint, and the model repository
+    (each model with its batcher and engine)."""
 
     def __init__(self, cfg: Config, metrics: Metrics | None = None):
         """Raises SecurityError when a TLS file or the auth token cannot be used."""
         self.cfg = cfg
         self.metrics = metrics or Metrics()
-        self.servicer = TransducerServicer(cfg.server, self.metrics)
-        self.kserve = KServeServicer(cfg.server, self.metrics)  # Open Inference Protocol, same port
-        self.models = ModelManager(cfg, self.metrics, self._attach)
+        self.repository = ModelRepository(cfg, self.metrics)
+        self.servicer = TransducerServicer(cfg.server, self.metrics, self.repository)
+        self.kserve = KServeServicer(cfg.server, self.metrics, self.repository)  # Open Inference Protocol, same port
         self.health = HealthServicer()
         self.port = 0
         self.metrics_port = -1
@@ -99,7 +100,7 @@ class AttnServer:
         interceptors = [GuardInterceptor()] + ([BearerTokenInterceptor(token, self.metrics)] if self.auth else [])
         self.grpc = grpc.aio.server(interceptors=interceptors, options=grpc_options(cfg.server))
         services = ServiceRecorder(self.grpc)
-        admin = AdminServicer(self.models, self.metrics, open_=self.auth or cfg.server.admin_without_token)
+        admin = AdminServicer(self.repository, self.metrics, open_=self.auth or cfg.server.admin_without_token)
         services.add_generic_rpc_handlers((handler(self.servicer), admin_handler(admin)))
         kserve_grpc.add_GRPCInferenceServiceServicer_to_server(self.kserve, services)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, services)
@@ -122,21 +123,24 @@ class AttnServer:
 
     @property
     def batcher(self) -> Batcher | None:
-        return self.models.batcher
-
-    def _attach(self, batcher: Batcher, bundle: Bundle) -> None:
-        self.servicer.attach(batcher, bundle)
-        self.kserve.attach(batcher, bundle)
+        """The default model's batcher (tests of one model)."""
+        return self.repository.ready("")[0]
 
     async def load(self) -> None:
-        """Verify, load and warm the model, then report SERVING. Raises BundleError on a bad bundle."""
-        bundle = await self.models.load()
-        for service in ("", SERVICE_NAME):
-            await self.health.set(service, SERVING)
-        self.models.start_polling()
-        log.info("serving %s version %s from %s on port %d (%s%s; metrics on %d)", bundle.name, bundle.version,
-                 bundle.path, self.port, "mutual TLS" if self.cfg.server.tls_client_ca_file else
-                 "TLS" if self._credentials else "plaintext",
+        """Verify, load and warm every model, then report health: each model's own name is SERVING once
+        loaded, and the server ("" and the Transducer service) once every model it was asked to
+        serve is. Raises BundleError when no model could be loaded."""
+        await self.repository.load_all()
+        for status in self.repository.statuses():
+            await self.health.set(status.name, SERVING if status.state == "READY" else NOT_SERVING)
+        if self.repository.all_ready():
+            for service in ("", SERVICE_NAME):
+                await self.health.set(service, SERVING)
+        self.repository.start_polling()
+        served = ", ".join(f"{s.name} version {s.version}" if s.version else f"{s.name} (not loaded)"
+                           for s in self.repository.statuses())
+        log.info("serving %s on port %d (%s%s; metrics on %d)", served, self.port,
+                 "mutual TLS" if self.cfg.server.tls_client_ca_file else "TLS" if self._credentials else "plaintext",
                  ", bearer token required" if self.auth else "", self.metrics_port)
 
     async def lame_duck(self, cut_short: asyncio.Event | None = None) -> None:
@@ -152,7 +156,7 @@ class AttnServer:
         """NOT_SERVING, refuse new calls, let in-flight calls finish within the grace period."""
         await self.health.enter_graceful_shutdown()
         await self.grpc.stop(self.cfg.server.grace_period_s if grace_s is None else grace_s)
-        await self.models.stop()
+        await self.repository.stop()
         if self._metrics_http is not None:
             self._metrics_http.shutdown()
             self._metrics_http.server_close()

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from dataclasses import dataclass
 
 import grpc
 
@@ -18,6 +19,7 @@ from service.bundle import Bundle, BundleError, VersionNotFound
 from service.config import ServerConfig
 from service.guard import internal_error
 from service.metrics import Metrics
+from service.repository import ModelRepository
 
 SERVICE_NAME = "attnserve.v1.Transducer"
 log = logging.getLogger("attnserve")
@@ -58,10 +60,12 @@ def status_of(e: Exception, rpc: str) -> tuple[grpc.StatusCode, str]:
     return grpc.StatusCode.INTERNAL, internal_error(rpc, e)
 
 
-def model_label(bundle: Bundle | None) -> str:
-    """The `model` label of request metrics: the served model's name, so the label stays bounded
-    whatever a client asks for ("" while no model is loaded yet)."""
-    return bundle.name if bundle is not None else ""
+@dataclass
+class Served:
+    """The `model` label of an RPC's metrics: the served model's name, set once the request has
+    named one ("" until then), so the label stays bounded whatever a client asks for."""
+
+    model: str = ""
 
 
 def begin(metrics: Metrics) -> float:
@@ -76,7 +80,7 @@ def record(metrics: Metrics, rpc: str, model: str, code: grpc.StatusCode, starte
     metrics.request_seconds.labels(rpc, model, code.name).observe(time.perf_counter() - started)
 
 
-async def observe(metrics: Metrics, rpc: str, model: str, context, work):
+async def observe(metrics: Metrics, rpc: str, served: Served, context, work):
     """Await one RPC's work: record its metrics and turn a domain error into its status code.
 
     Shared by every service on the server so that all map errors and label metrics alike.
@@ -91,37 +95,31 @@ async def observe(metrics: Metrics, rpc: str, model: str, context, work):
     except Exception as e:  # keep serving
         code, message = status_of(e, rpc)
     finally:
-        record(metrics, rpc, model, code, started)
+        record(metrics, rpc, served.model, code, started)
     await context.abort(code, message)
 
 
 class ModelServicer:
-    """What every servicer shares: its limits and metrics, and the model it answers with,
-    attached once loaded and warm, and re-attached by a hot reload."""
+    """What every servicer shares: its limits and metrics, and the repository it finds each
+    request's model in (its current version: a hot reload swaps it between two calls)."""
 
-    not_ready_hint = "retry when health reports SERVING"
-
-    def __init__(self, limits: ServerConfig, metrics: Metrics):
+    def __init__(self, limits: ServerConfig, metrics: Metrics, repository: ModelRepository):
         self.limits = limits
         self.metrics = metrics
-        self.batcher: Batcher | None = None
-        self.bundle: Bundle | None = None
+        self.repository = repository
 
-    def attach(self, batcher: Batcher, bundle: Bundle) -> None:
-        """Start answering with this model (called once it is loaded and warm)."""
-        self.batcher, self.bundle = batcher, bundle
-
-    def _ready(self) -> tuple[Batcher, Bundle]:
-        if self.batcher is None or self.bundle is None:
-            raise NotReady(f"model is still loading; {self.not_ready_hint}")
-        return self.batcher, self.bundle
+    def _ready(self, name: str, served: Served) -> tuple[Batcher, Bundle]:
+        batcher, bundle = self.repository.ready(name)
+        served.model = bundle.name
+        return batcher, bundle
 
 
 class TransducerServicer(ModelServicer):
 
     async def Transduce(self, raw: bytes, context: grpc.aio.ServicerContext) -> pb.TransduceResponse:
-        return await observe(self.metrics, "Transduce", model_label(self.bundle), context,
-                             self._transduce(raw, deadline_of(context)))
+        served = Served()
+        return await observe(self.metrics, "Transduce", served, context,
+                             self._transduce(raw, deadline_of(context), served))
 
     async def TransduceStream(self, raw_requests, context: grpc.aio.ServicerContext):
         """Every request message is decoded concurrently; responses go out as they finish.
@@ -131,9 +129,9 @@ class TransducerServicer(ModelServicer):
         done: asyncio.Queue[pb.TransduceResponse | None] = asyncio.Queue()
 
         async def one(raw: bytes) -> None:
-            started, code = begin(self.metrics), grpc.StatusCode.OK
+            started, code, served = begin(self.metrics), grpc.StatusCode.OK, Served()
             try:
-                response = await self._transduce(raw, deadline_of(context))
+                response = await self._transduce(raw, deadline_of(context), served)
             except asyncio.CancelledError:  # the client went away; still leave the in-flight count
                 code = grpc.StatusCode.CANCELLED
                 raise
@@ -141,7 +139,7 @@ class TransducerServicer(ModelServicer):
                 code, message = status_of(e, "TransduceStream")
                 response = convert.to_error_response(code.name, message, convert.request_id_of(raw))
             finally:
-                record(self.metrics, "TransduceStream", model_label(self.bundle), code, started)
+                record(self.metrics, "TransduceStream", served.model, code, started)
             await done.put(response)
 
         tasks: set[asyncio.Task] = set()
@@ -162,18 +160,20 @@ class TransducerServicer(ModelServicer):
                 task.cancel()
 
     async def GetModelInfo(self, request: pb.GetModelInfoRequest, context) -> pb.ModelInfo:
-        return await observe(self.metrics, "GetModelInfo", model_label(self.bundle), context, self._model_info())
+        served = Served()
+        return await observe(self.metrics, "GetModelInfo", served, context, self._model_info(request.model_name, served))
 
-    async def _transduce(self, raw: bytes, deadline_s: float | None) -> pb.TransduceResponse:
+    async def _transduce(self, raw: bytes, deadline_s: float | None, served: Served) -> pb.TransduceResponse:
+        call = convert.parse_transduce(raw, self.limits)
         # No await between picking the batcher and enqueuing on it: a hot reload (service/models.py)
         # swaps batchers between two event-loop steps, so each call lands wholly on one version.
-        batcher, bundle = self._ready()
-        call = convert.parse_transduce(raw, self.limits, bundle.name, bundle.version)
+        batcher, bundle = self._ready(call.model_name, served)
+        convert.check_version(call.model_version, bundle.name, bundle.version)
         results = await batcher.transduce(call.texts, call.options, deadline_s)
         return convert.to_response(results, call, batcher.engine.tgt_joiner, bundle.name, bundle.version)
 
-    async def _model_info(self) -> pb.ModelInfo:
-        _, bundle = self._ready()
+    async def _model_info(self, name: str, served: Served) -> pb.ModelInfo:
+        _, bundle = self._ready(name, served)
         return convert.to_model_info(bundle.manifest)
 
 

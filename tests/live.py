@@ -113,6 +113,19 @@ def add_version(model_dir: Path, version: str, *, break_onnx: bool = False, bad_
     return dst
 
 
+def copy_model(model_dir: Path, repository: Path, name: str, *, break_onnx: bool = False) -> Path:
+    """Version 1 of model_dir as model `name` of a repository (its manifest renamed to match)."""
+    src = load_bundle(model_dir, "1")
+    dst = repository / name / "1"
+    shutil.copytree(src.path, dst)
+    manifest = json.loads((dst / MANIFEST).read_text())
+    manifest["name"] = name
+    if break_onnx:
+        (dst / manifest["graphs"]["encoder"]).write_bytes(b"this is not an ONNX graph")
+    write_manifest(dst, {k: v for k, v in manifest.items() if k not in ("files", "format_version")})
+    return dst.parent
+
+
 # --- servers -----------------------------------------------------------------------------------
 
 async def start_loaded(cfg):

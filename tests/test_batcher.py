@@ -39,7 +39,7 @@ class FakeEngine:
 
 
 async def started(engine, **cfg):
-    b = Batcher(engine, BatcherConfig(**cfg), Metrics())
+    b = Batcher(engine, BatcherConfig(**cfg), Metrics().for_model("m"))
     b.start()
     return b
 
@@ -171,7 +171,7 @@ async def test_cancelled_callers_are_dropped_from_the_queue():
 
 
 async def test_empty_after_tokenization_is_invalid_and_not_ready_before_start():
-    b = Batcher(FakeEngine(), BatcherConfig(), Metrics())
+    b = Batcher(FakeEngine(), BatcherConfig(), Metrics().for_model("m"))
     with pytest.raises(NotReady):
         await b.transduce(["x"])
     b.start()
@@ -251,7 +251,7 @@ class StepEngine:
 
 
 async def continuous(engine, **cfg):
-    b = ContinuousBatcher(engine, BatcherConfig(**cfg), Metrics())
+    b = ContinuousBatcher(engine, BatcherConfig(**cfg), Metrics().for_model("m"))
     b.start()
     return b
 

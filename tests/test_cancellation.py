@@ -37,7 +37,7 @@ async def server(tiny_bundle):
 
 
 def counters(server) -> tuple[float, float]:
-    m = server.metrics
+    m = server.batcher.metrics
     return m.decode_row_steps._value.get(), m.decode_row_steps_after_cancel._value.get()
 
 

@@ -9,7 +9,13 @@ from service.engine import EngineConfig
 
 def test_defaults_work():
     cfg = parse_config([], {})
-    assert cfg.server.port == 50051 and cfg.model_dir == Path("models/g2p-en")
+    assert cfg.server.port == 50051 and cfg.model_repository == Path("models") and cfg.model_dir is None
+    # --model-dir serves one model instead; a --model-repository flag wins over ATTNSERVE_MODEL_DIR.
+    assert parse_config(["--model-dir", "models/g2p-en"], {}).model_dir == Path("models/g2p-en")
+    cfg = parse_config(["--model-repository", "/r", "--default-model", "b"], {"ATTNSERVE_MODEL_DIR": "/m"})
+    assert (cfg.model_repository, cfg.model_dir, cfg.default_model) == (Path("/r"), None, "b")
+    with pytest.raises(SystemExit):
+        parse_config(["--model-repository", "/r", "--model-dir", "/m"], {})
 
 
 def test_environment_then_flags():
@@ -60,7 +66,7 @@ def test_edge_settings_are_checked_and_reach_grpc():
     assert "grpc.max_connection_age_ms" not in dict(grpc_options(ServerConfig(max_connection_age_s=0)))
     for bad, match in (({"lame_duck_s": -1}, "lame_duck_s must be >= 0, got -1"),
                        ({"grace_period_s": float("nan")}, "grace_period_s must be >= 0, got nan"),
-                       ({"max_pending_calls": 600}, r"max_pending_calls \(600\) must be in 0..max_pending_calls_hard")):
+                       ({"max_pending_calls": 5000}, r"max_pending_calls \(5000\) must be in 0..max_pending_calls_hard")):
         with pytest.raises(ValueError, match=match):
             ServerConfig(**bad)
     with pytest.raises(ValueError, match="max_queue_wait_ms must be >= 0"):

@@ -35,8 +35,8 @@ async def server(tiny_bundle):
 
 async def test_flood_at_four_times_capacity(server, capsys):
     depths = []  # every value the queue-depth gauge is ever set to
-    gauge_set = server.metrics.queue_depth.set
-    server.metrics.queue_depth.set = lambda v: (depths.append(v), gauge_set(v))
+    gauge_set = server.batcher.metrics.queue_depth.set
+    server.batcher.metrics.queue_depth.set = lambda v: (depths.append(v), gauge_set(v))
     request = pb.TransduceRequest(inputs=WORDS, options=pb.DecodeOptions(return_attention=False))
     async with grpc.aio.insecure_channel(f"127.0.0.1:{server.port}") as channel:
         stub = pbg.TransducerStub(channel)
@@ -88,7 +88,7 @@ async def test_flood_at_four_times_capacity(server, capsys):
     assert served + rejected == len(calls) and served > 0 and rejected > 0
     assert max(depths) <= MAX_QUEUE  # the queue, and so memory, stays bounded
     assert rss_after - rss_before < 64 * 2**20
-    assert server.metrics.queue_depth._value.get() == 0 and server.metrics.inflight_requests._value.get() == 0
+    assert server.batcher.metrics.queue_depth._value.get() == 0 and server.metrics.inflight_requests._value.get() == 0
 
 
 async def test_a_short_deadline_past_the_admission_limit_is_refused_at_once(server, capsys):
@@ -99,7 +99,7 @@ async def test_a_short_deadline_past_the_admission_limit_is_refused_at_once(serv
         stub = pbg.TransducerStub(channel)
         await stub.Transduce(request, timeout=30)  # the service rate is measured
         backlog = [asyncio.ensure_future(stub.Transduce(request, timeout=30)) for _ in range(4)]  # 32 sources
-        while server.metrics.queue_depth._value.get() < 24:
+        while server.batcher.metrics.queue_depth._value.get() < 24:
             await asyncio.sleep(0.001)
         t0 = time.perf_counter()
         with pytest.raises(grpc.aio.AioRpcError) as refused:

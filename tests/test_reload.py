@@ -119,7 +119,7 @@ async def test_reload_rpc_swaps_under_load_without_a_failure_and_refuses_bad_bun
               f"{sum(v == '2' for _, v in load.replies)} by version 2")
     assert set(before) <= {"1", "2"} and "1" in before
     assert after and set(after) == {"2"}  # every call started after the swap got the new version
-    assert s.metrics.model_reloads.labels("refused")._value.get() == 4
+    assert s.metrics.model_reloads.labels("tiny", "refused")._value.get() == 4
 
 
 async def test_polling_loads_a_new_version_and_skips_a_broken_one(model_dir, started):
@@ -138,6 +138,6 @@ async def test_polling_loads_a_new_version_and_skips_a_broken_one(model_dir, sta
         assert await versions_served(stub) == ("2", "2")
     assert load.failures == []
     assert {v for _, v in load.replies} == {"1", "2"}
-    assert s.metrics.model_reloads.labels("refused")._value.get() == 1
+    assert s.metrics.model_reloads.labels("tiny", "refused")._value.get() == 1
     assert s.metrics.model_info.labels("tiny", "2")._value.get() == 1
     assert ("tiny", "1") not in {tuple(k) for k in s.metrics.model_info._metrics}

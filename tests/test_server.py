@@ -76,10 +76,11 @@ async def test_concurrent_callers_are_batched(server, stub):
     assert all(len(r.results) == 1 for r in replies)
     after = metric_samples(server, "attnserve_batch_size")
     # One observation per engine batch (request mode) or per decoder step (continuous mode).
-    batches = after[("attnserve_batch_size_count", ())] - before.get(("attnserve_batch_size_count", ()), 0)
-    rows = after[("attnserve_batch_size_sum", ())] - before.get(("attnserve_batch_size_sum", ()), 0)
+    tiny = (("model", "tiny"),)  # per-model metrics carry the repository's name for the model
+    batches = after[("attnserve_batch_size_count", tiny)] - before.get(("attnserve_batch_size_count", tiny), 0)
+    rows = after[("attnserve_batch_size_sum", tiny)] - before.get(("attnserve_batch_size_sum", tiny), 0)
     assert rows / batches > 1, "concurrent requests should share batches"
-    assert metric_samples(server, "attnserve_inputs_total")[("attnserve_inputs_total", ())] >= 48
+    assert metric_samples(server, "attnserve_inputs_total")[("attnserve_inputs_total", tiny)] >= 48
 
 
 @pytest.mark.parametrize("request_,message", [
@@ -132,20 +133,21 @@ async def test_request_metrics_by_rpc_model_and_code(server, stub):
         await stub.Transduce(pb.TransduceRequest(inputs=["a"], model_name="nope"))
     await stub.Transduce(pb.TransduceRequest(inputs=["ok"]))
     samples = metric_samples(server, "attnserve_request")
-    labels = lambda code, rpc="Transduce": (("code", code), ("model", "tiny"), ("rpc", rpc))  # noqa: E731
-    assert samples[("attnserve_requests_total", labels("INVALID_ARGUMENT"))] >= 1
+    labels = lambda code, model="tiny": (("code", code), ("model", model), ("rpc", "Transduce"))  # noqa: E731
     assert samples[("attnserve_requests_total", labels("OK"))] >= 1
     assert samples[("attnserve_request_duration_seconds_count", labels("OK"))] >= 1
-    # The label is the served model's name, never the client's string: the label set stays bounded.
-    assert samples[("attnserve_requests_total", labels("NOT_FOUND"))] >= 1
+    # The label is a served model's name, never the client's string: the label set stays bounded.
+    # A request that never named a served model (it did not parse, or named none we serve) has "".
+    assert samples[("attnserve_requests_total", labels("INVALID_ARGUMENT", ""))] >= 1
+    assert samples[("attnserve_requests_total", labels("NOT_FOUND", ""))] >= 1
     assert not any(dict(lbl).get("model") == "nope" for _, lbl in samples)
-    assert ("attnserve_queue_depth", ()) in metric_samples(server, "attnserve_queue")
+    assert ("attnserve_queue_depth", (("model", "tiny"),)) in metric_samples(server, "attnserve_queue")
     assert metric_samples(server, "attnserve_inflight_requests") == {("attnserve_inflight_requests", ()): 0}
 
 
 async def test_inflight_gauge_counts_requests_being_handled():
     from service.metrics import Metrics
-    from service.servicer import observe
+    from service.servicer import Served, observe
 
     metrics = Metrics()
     inflight = lambda: metrics.registry.get_sample_value("attnserve_inflight_requests")  # noqa: E731
@@ -155,13 +157,13 @@ async def test_inflight_gauge_counts_requests_being_handled():
         await release.wait()
         return "done"
 
-    calls = [asyncio.create_task(observe(metrics, "Transduce", "m", None, work())) for _ in range(3)]
+    calls = [asyncio.create_task(observe(metrics, "Transduce", Served("m"), None, work())) for _ in range(3)]
     await asyncio.sleep(0.01)
     assert inflight() == 3
     release.set()
     assert await asyncio.gather(*calls) == ["done"] * 3
     assert inflight() == 0
-    cancelled = asyncio.create_task(observe(metrics, "Transduce", "m", None, asyncio.sleep(60)))
+    cancelled = asyncio.create_task(observe(metrics, "Transduce", Served("m"), None, asyncio.sleep(60)))
     await asyncio.sleep(0.01)
     assert inflight() == 1
     cancelled.cancel()

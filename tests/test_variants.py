@@ -126,14 +126,14 @@ def test_api_edge_attention_modes_and_models_without_attention():
 
     limits = ServerConfig()
     raw = request(attention_mode=pb.ATTENTION_MODE_TOP_K, top_k=3).SerializeToString()
-    assert convert.parse_transduce(raw, limits, "m", "1").options.attention_top_k == 3
+    assert convert.parse_transduce(raw, limits).options.attention_top_k == 3
     raw = request(attention_mode=pb.ATTENTION_MODE_HARD).SerializeToString()
-    assert convert.parse_transduce(raw, limits, "m", "1").options.attention_top_k == 1
+    assert convert.parse_transduce(raw, limits).options.attention_top_k == 1
     for options, message in [(dict(top_k=2), "options.top_k is for attention_mode 'topk' only"),
                              (dict(attention_mode=pb.ATTENTION_MODE_TOP_K), "options.top_k must be in 1..64"),
                              (dict(attention_mode=7), "options.attention_mode must be one of")]:
         with pytest.raises(convert.BadRequest, match=message):
-            convert.parse_transduce(request(**options).SerializeToString(), limits, "m", "1")
+            convert.parse_transduce(request(**options).SerializeToString(), limits)
     d = Decoded(src_tokens=list("ab"), output_ids=[5], output_tokens=["X"], score=-1.0, attn=None, finished=True)
     assert d.steps == 2 and not convert.to_result([d], " ", return_attention=True).HasField("attention")
     old = {"name": "m", "version": "1", "src_vocab": [], "tgt_vocab": [], "model_config": {"attention": "general"}}

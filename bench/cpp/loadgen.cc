@@ -4,8 +4,8 @@
 // built by `make overload` (bench/cpp/Makefile).
 //
 // It sends pre-serialized request messages (any method: it uses the generic stub, so it needs
-// no generated code) either open loop, at a fixed rate whatever the replies (--rate), or closed
-// loop, with a fixed number of calls outstanding (--concurrency). Every call carries the
+// no generated code) open loop, at a fixed rate whatever the replies (--rate), closed loop, with
+// a fixed number of calls outstanding (--concurrency), or all at once (--burst). Every call carries the
 // deadline --deadline-ms. At the end it prints one JSON object: calls by status code, goodput
 // (OK answers per second; an answer after the deadline is DEADLINE_EXCEEDED, not OK), latency
 // percentiles by status code, and its own CPU seconds.
@@ -48,6 +48,7 @@ struct Options {
   std::string requests;
   double rate = 0;       // calls per second, open loop
   int concurrency = 0;   // calls outstanding, closed loop
+  long burst = 0;        // calls sent at once
   double seconds = 10;
   double deadline_ms = 1000;
   int channels = 4;      // connections: one HTTP/2 connection serializes on one core of the server's I/O
@@ -92,7 +93,9 @@ class Generator {
     start_ = Clock::now();
     end_ = start_ + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o_.seconds));
     std::thread receiver([this] { Receive(); });
-    if (o_.concurrency > 0) {
+    if (o_.burst > 0) {
+      for (long i = 0; i < o_.burst; ++i) Send();  // all at once, then only wait for the replies
+    } else if (o_.concurrency > 0) {
       for (int i = 0; i < o_.concurrency; ++i) Send();
     } else {
       OpenLoop();
@@ -203,12 +206,14 @@ bool Parse(int argc, char** argv, Options* o) {
     else if (k == "--requests") o->requests = v;
     else if (k == "--rate") o->rate = std::stod(v);
     else if (k == "--concurrency") o->concurrency = std::stoi(v);
+    else if (k == "--burst") o->burst = std::stol(v);
     else if (k == "--seconds") o->seconds = std::stod(v);
     else if (k == "--deadline-ms") o->deadline_ms = std::stod(v);
     else if (k == "--channels") o->channels = std::stoi(v);
     else return false;
   }
-  return !o->method.empty() && !o->requests.empty() && (o->rate > 0) != (o->concurrency > 0) && o->channels > 0;
+  int modes = (o->rate > 0) + (o->concurrency > 0) + (o->burst > 0);
+  return !o->method.empty() && !o->requests.empty() && modes == 1 && o->channels > 0;
 }
 
 }  // namespace
@@ -217,7 +222,7 @@ int main(int argc, char** argv) {
   Options o;
   if (argc % 2 == 0 || !Parse(argc, argv, &o)) {
     std::fprintf(stderr,
-                 "usage: %s --method /pkg.Service/Method --requests FILE (--rate CALLS_PER_S | --concurrency N)\n"
+                 "usage: %s --method /pkg.Service/Method --requests FILE (--rate CALLS_PER_S | --concurrency N | --burst N)\n"
                  "          [--target HOST:PORT] [--seconds S] [--deadline-ms MS] [--channels N]\n",
                  argv[0]);
     return 2;

@@ -1,0 +1,150 @@
+"""The model repository: every model the server serves, by name, each with its own manager.
+
+    models/                      --model-repository models (the default)
+      g2p-en/1/ ...              a model directory: its versions, each a bundle
+      g2p-en-stress/1/ ...
+
+A model's name is its directory's name (its manifest must agree). Each model has its own
+ModelManager (service/models.py): its own version state, hot reload, queue, batcher and
+limits; all of them share the process's one onnxruntime thread pool. A model that fails to
+load is recorded with its reason and logged, and never stops the others from serving.
+`--model-dir DIR` is the one-model shorthand: DIR is a model directory or a single bundle.
+
+Knows nothing of gRPC: the servicers ask it for a model's batcher and bundle.
+"""
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+from service.batcher import Batcher, NotReady
+from service.bundle import MANIFEST, Bundle, BundleError, is_version
+from service.config import Config
+from service.metrics import Metrics
+from service.models import ModelManager
+
+log = logging.getLogger("attnserve")
+
+
+class UnknownModel(LookupError):
+    """No model of that name is served here (NOT_FOUND)."""
+
+
+@dataclass(frozen=True)
+class ModelStatus:
+    name: str
+    state: str  # LOADING, READY or UNAVAILABLE (failed to load; `reason` says why)
+    version: str = ""  # the version served
+    reason: str = ""
+
+
+def is_model_dir(path: Path) -> bool:
+    """A bundle, or a directory of numeric version directories."""
+    return (path / MANIFEST).is_file() or any(p.is_dir() and is_version(p.name) for p in path.iterdir())
+
+
+def single_model_name(model_dir: Path) -> str:
+    """--model-dir's model name: a single bundle's manifest name, else the directory's name."""
+    try:
+        return json.loads((model_dir / MANIFEST).read_text(encoding="utf-8"))["name"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return model_dir.name
+
+
+def discover(cfg: Config) -> dict[str, Path]:
+    """Name -> model directory of every model the configuration asks to serve."""
+    if cfg.model_dir is not None:
+        return {single_model_name(cfg.model_dir): cfg.model_dir}
+    root = cfg.model_repository
+    if not root.is_dir():
+        raise BundleError(root, "the model repository is not a directory")
+    models = {p.name: p for p in sorted(root.iterdir()) if p.is_dir() and not p.name.startswith(".") and is_model_dir(p)}
+    if not models:
+        raise BundleError(root, "the model repository holds no model directory (<name>/<version>/)")
+    return models
+
+
+class ModelRepository:
+    def __init__(self, cfg: Config, metrics: Metrics):
+        self.cfg = cfg
+        self.metrics = metrics
+        self.models: dict[str, ModelManager] = {}
+        self.failed: dict[str, str] = {}  # name -> why it did not load
+        self.default = ""
+        self.loaded = False  # load_all() has run
+
+    async def load_all(self) -> None:
+        """Load every model; raises BundleError when none could be loaded (nothing to serve)."""
+        found = discover(self.cfg)
+        for name, path in found.items():
+            manager = ModelManager(name, path, self.cfg, self.metrics.for_model(name))
+            try:
+                await manager.load()
+            except BundleError as e:
+                self.failed[name] = e.reason
+                self.metrics.model_load_failures.labels(name).inc()
+                log.error("model %s did not load, the others serve on: %s", name, e)
+                if len(found) == 1:
+                    raise
+                continue
+            self.models[name] = manager
+        if not self.models:
+            raise BundleError(self.cfg.model_repository, f"no model of the repository could be loaded "
+                                                         f"({'; '.join(f'{n}: {r}' for n, r in self.failed.items())})")
+        self.default = self._default_of(found)
+        self.loaded = True
+
+    def _default_of(self, found: dict[str, Path]) -> str:
+        wanted = self.cfg.default_model
+        if wanted:
+            if wanted not in found:
+                raise BundleError(self.cfg.model_dir or self.cfg.model_repository,
+                                  f"default_model {wanted!r} is not in the repository (has {sorted(found)})")
+            return wanted
+        return next(iter(self.models)) if len(found) == 1 else ""
+
+    def manager(self, name: str) -> ModelManager:
+        """The model's manager; "" is the default model. Raises UnknownModel (NotReady before load_all)."""
+        if not self.loaded:
+            raise NotReady("the models are still loading; retry when health reports SERVING")
+        key = name or self.default
+        if key in self.models:
+            return self.models[key]
+        if not name and not self.default:
+            raise UnknownModel(f"this server serves several models {sorted(self.models)} and no default: "
+                               f"name one (model_name)")
+        if key in self.failed:
+            raise NotReady(f"model {key!r} is not loaded: {self.failed[key]}")
+        raise UnknownModel(f"model {name!r} is not served here (serving {sorted(self.models)})")
+
+    def ready(self, name: str) -> tuple[Batcher, Bundle]:
+        """The batcher and bundle that serve `name` now (no await in between, so a call lands wholly
+        on one version). Raises UnknownModel or NotReady."""
+        m = self.manager(name)
+        if m.batcher is None or m.bundle is None:
+            raise NotReady(f"model {m.name!r} is still loading")
+        return m.batcher, m.bundle
+
+    def all_ready(self) -> bool:
+        """Every model the server was asked to serve is loaded."""
+        return self.loaded and not self.failed
+
+    def is_ready(self, name: str, version: str = "") -> bool:
+        m = self.models.get(name) if self.loaded else None
+        return m is not None and m.bundle is not None and version in ("", m.bundle.version)
+
+    def statuses(self) -> list[ModelStatus]:
+        out = [ModelStatus(n, "READY", m.bundle.version, "") if m.bundle else ModelStatus(n, "LOADING")
+               for n, m in self.models.items()]
+        return sorted(out + [ModelStatus(n, "UNAVAILABLE", "", why) for n, why in self.failed.items()],
+                      key=lambda s: s.name)
+
+    def start_polling(self) -> None:
+        for m in self.models.values():
+            m.start_polling()
+
+    async def stop(self) -> None:
+        for m in self.models.values():
+            await m.stop()

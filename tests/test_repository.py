@@ -1,0 +1,98 @@
+"""Several models in one server (service/repository.py): routing by name, a default, a broken model
+beside good ones, per-model health, readiness and metrics, and one model reloaded while another
+is under load."""
+import asyncio
+
+import grpc
+import pytest
+import pytest_asyncio
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from attnserve.v1 import attnserve_pb2 as pb, attnserve_pb2_grpc as pbg
+from inference import grpc_service_pb2 as kpb, grpc_service_pb2_grpc as kpbg
+from service.config import BatcherConfig, Config, ServerConfig
+from tests.live import add_version, copy_model, serving
+
+
+@pytest.fixture(scope="module")
+def repository(tiny_bundle, tmp_path_factory):
+    root = tmp_path_factory.mktemp("repository")
+    for name in ("tiny", "other"):
+        copy_model(tiny_bundle, root, name)
+    copy_model(tiny_bundle, root, "broken", break_onnx=True)  # passes its hashes, fails in onnxruntime
+    return root
+
+
+@pytest_asyncio.fixture(loop_scope="session", scope="module")
+async def server(repository):
+    cfg = Config(model_repository=repository, default_model="tiny",
+                 server=ServerConfig(host="127.0.0.1", port=0, metrics_port=-1, admin_without_token=True),
+                 batcher=BatcherConfig(max_batch_size=16))
+    async with serving(cfg) as s:
+        yield s
+
+
+async def health_of(channel, service: str) -> int:
+    return (await health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(service=service),
+                                                            timeout=5)).status
+
+
+async def test_requests_pick_their_model_and_a_broken_one_is_reported(server):
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{server.port}") as channel:
+        stub = pbg.TransducerStub(channel)
+        default = await stub.Transduce(pb.TransduceRequest(inputs=["hello"]), timeout=10)
+        other = await stub.Transduce(pb.TransduceRequest(inputs=["hello"], model_name="other"), timeout=10)
+        assert (default.model_name, other.model_name) == ("tiny", "other")
+        assert default.results[0].output_tokens == other.results[0].output_tokens  # the same weights
+        with pytest.raises(grpc.aio.AioRpcError) as broken:
+            await stub.Transduce(pb.TransduceRequest(inputs=["hello"], model_name="broken"), timeout=10)
+        assert broken.value.code() == grpc.StatusCode.UNAVAILABLE
+        assert "cannot load or run its ONNX graphs" in broken.value.details()
+        with pytest.raises(grpc.aio.AioRpcError) as unknown:
+            await stub.Transduce(pb.TransduceRequest(inputs=["hello"], model_name="nope"), timeout=10)
+        assert unknown.value.code() == grpc.StatusCode.NOT_FOUND and "'other'" in unknown.value.details()
+        info = await stub.GetModelInfo(pb.GetModelInfoRequest(model_name="other"), timeout=10)
+        assert info.name == "other"
+
+        # Health: each model by its name; the server as a whole only once every model loaded.
+        SERVING, NOT_SERVING = health_pb2.HealthCheckResponse.SERVING, health_pb2.HealthCheckResponse.NOT_SERVING
+        assert [await health_of(channel, n) for n in ("tiny", "other", "broken", "")] == \
+            [SERVING, SERVING, NOT_SERVING, NOT_SERVING]
+        kserve = kpbg.GRPCInferenceServiceStub(channel)
+        ready = [(await kserve.ModelReady(kpb.ModelReadyRequest(name=n), timeout=5)).ready
+                 for n in ("tiny", "other", "broken")]
+        assert ready == [True, True, False]
+        assert not (await kserve.ServerReady(kpb.ServerReadyRequest(), timeout=5)).ready
+    statuses = {s.name: s for s in server.repository.statuses()}
+    assert statuses["broken"].state == "UNAVAILABLE" and "ONNX" in statuses["broken"].reason
+    sample = server.metrics.registry.get_sample_value
+    assert sample("attnserve_model_load_failures_total", {"model": "broken"}) == 1
+    assert sample("attnserve_inputs_total", {"model": "other"}) >= 1  # per-model metrics by repository name
+    assert sample("attnserve_requests_total", {"rpc": "Transduce", "model": "other", "code": "OK"}) >= 1
+
+
+async def test_one_model_reloads_while_the_other_is_under_load_without_a_failure(server, repository):
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{server.port}") as channel:
+        stub = pbg.TransducerStub(channel)
+        done, failed, stop = 0, [], asyncio.Event()
+
+        async def caller():
+            nonlocal done
+            while not stop.is_set():
+                try:
+                    reply = await stub.Transduce(pb.TransduceRequest(inputs=["attention", "knight"]), timeout=10)
+                    assert reply.model_name == "tiny"
+                    done += 1
+                except grpc.aio.AioRpcError as e:
+                    failed.append(e.code().name)
+
+        callers = [asyncio.create_task(caller()) for _ in range(8)]
+        await asyncio.sleep(0.3)
+        before = done
+        add_version(repository / "other", "2")
+        info = await stub.ReloadModel(pb.ReloadModelRequest(model_name="other"), timeout=60)
+        await asyncio.sleep(0.3)
+        stop.set()
+        await asyncio.gather(*callers)
+    assert (info.name, info.version) == ("other", "2")
+    assert failed == [] and done > before
