@@ -1,8 +1,9 @@
-"""The admin RPC attnserve.v1.Transducer/ReloadModel -> the model manager.
+"""The admin RPC attnserve.v1.Transducer/ReloadModel -> the model's manager in the repository.
 
 Registered as its own generic handler beside the Transducer's data-plane methods, so
 the admin surface stays in one small place. It can only choose a version directory
-inside the server's configured model directory, never a path. Closed by default: with a
+inside the model's directory, never a path. Triton's RepositoryModelLoad/Unload
+(service/kserve.py) follow the same rule. Closed by default: with a
 bearer token configured it needs the token like every other RPC; without one it answers
 PERMISSION_DENIED unless the server was started with --admin-without-token true.
 """

@@ -19,6 +19,7 @@ from collections.abc import Iterator
 import grpc
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, ProgressColumn, TextColumn, TimeRemainingColumn
+from rich.table import Table
 from rich.text import Text
 
 from attnserve.v1 import attnserve_pb2, attnserve_pb2_grpc
@@ -69,7 +70,7 @@ class _RateColumn(ProgressColumn):
 
 def transduce_bulk(stub, inputs: list[str], options, *, batch_size: int = BULK_BATCH_SIZE,
                    in_flight: int = BULK_IN_FLIGHT, rpc_kwargs: dict | None = None,
-                   console: Console | None = None) -> Iterator[tuple[str, object]]:
+                   console: Console | None = None, model: str = "") -> Iterator[tuple[str, object]]:
     """(input, Result) for every input, in input order: `batch_size` inputs per Transduce call,
     up to `in_flight` calls at once, with a progress bar on `console` (stderr) when it is a terminal."""
     console = console or Console(stderr=True)
@@ -90,7 +91,7 @@ def transduce_bulk(stub, inputs: list[str], options, *, batch_size: int = BULK_B
         try:
             for start in range(0, len(inputs), batch_size):
                 batch = inputs[start:start + batch_size]
-                request = attnserve_pb2.TransduceRequest(inputs=batch, options=options)
+                request = attnserve_pb2.TransduceRequest(inputs=batch, options=options, model_name=model)
                 pending.append((batch, stub.Transduce.future(request, **(rpc_kwargs or {}))))
                 if len(pending) >= in_flight:
                     yield from oldest()
@@ -107,7 +108,7 @@ def _cmd_bulk(stub, args) -> int:
     options = _decode_options(args, return_attention=False)
     try:
         for text, r in transduce_bulk(stub, inputs, options, batch_size=args.batch_size,
-                                      in_flight=args.in_flight, rpc_kwargs=_rpc_kwargs(args)):
+                                      in_flight=args.in_flight, rpc_kwargs=_rpc_kwargs(args), model=args.model):
             if args.json:
                 print(json.dumps(result_to_dict(text, r), ensure_ascii=False))
             elif args.n_best > 1:  # one line per hypothesis, best first, each with its ranking score
@@ -124,7 +125,8 @@ def _cmd_transduce(stub, args) -> int:
     if args.file is not None:
         return _cmd_bulk(stub, args)
     options = _decode_options(args, return_attention=not args.no_attention)
-    resp = stub.Transduce(attnserve_pb2.TransduceRequest(inputs=args.words, options=options), **_rpc_kwargs(args))
+    resp = stub.Transduce(attnserve_pb2.TransduceRequest(inputs=args.words, options=options, model_name=args.model),
+                          **_rpc_kwargs(args))
     if len(resp.results) != len(args.words):
         raise ValueError(f"server returned {len(resp.results)} results for {len(args.words)} inputs")
     items = list(zip(args.words, resp.results))
@@ -158,7 +160,7 @@ def _json_or_text(s: str):
 
 
 def _cmd_info(stub, args) -> int:
-    info = stub.GetModelInfo(attnserve_pb2.GetModelInfoRequest(), **_rpc_kwargs(args))
+    info = stub.GetModelInfo(attnserve_pb2.GetModelInfoRequest(model_name=args.model), **_rpc_kwargs(args))
     metrics = dict(sorted(info.metrics.items()))
     if args.json:
         doc = {"name": info.name, "version": info.version, "metrics": metrics,
@@ -169,6 +171,21 @@ def _cmd_info(stub, args) -> int:
     lines = [f"model   {info.name} {info.version}",
              f"vocab   source {len(info.source_vocab)}, target {len(info.target_vocab)}"]
     Console().print(Text("\n".join(lines + [f"metric  {k:<12} {v:.4f}" for k, v in metrics.items()])))
+    return 0
+
+
+def _cmd_models(stub, args) -> int:
+    reply = stub.ListModels(attnserve_pb2.ListModelsRequest(), **_rpc_kwargs(args))
+    if args.json:
+        print(json.dumps([{"name": m.name, "versions": list(m.versions), "served_version": m.served_version,
+                           "state": m.state, "reason": m.reason, "default": m.is_default} for m in reply.models],
+                         indent=2, ensure_ascii=False))
+        return 0
+    table = Table("model", "served", "versions", "state", "reason", box=None)
+    for m in reply.models:
+        table.add_row(m.name + (" (default)" if m.is_default else ""), m.served_version or "-",
+                      " ".join(m.versions) or "-", m.state, m.reason)
+    Console().print(table)
     return 0
 
 
@@ -220,12 +237,14 @@ def _rpc_kwargs(args) -> dict:
 def _build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     _add_connection_args(common)
+    common.add_argument("--model", default="", metavar="NAME",
+                        help="the model to ask (default: the server's default model; `models` lists them)")
     common.add_argument("--json", action="store_true",
                         help="print JSON (one document; with --file, one object per line) instead of the terminal view")
     positive = _checked(int, lambda v: v >= 1, ">= 1")
 
     parser = argparse.ArgumentParser(prog="attnserve-client", description="Query an attnserve server.")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="{phonemes,info}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{phonemes,info,models}")
     t = sub.add_parser("phonemes", aliases=["transduce"], parents=[common],
                        help="transduce words (G2P: spelling -> phonemes) and show the attention")
     t.add_argument("words", nargs="*", metavar="WORD", help='inputs; a lone "-" reads them from stdin (as --file -)')
@@ -248,6 +267,8 @@ def _build_parser() -> argparse.ArgumentParser:
     t.set_defaults(func=_cmd_transduce, check=_check_transduce_args)
     i = sub.add_parser("info", parents=[common], help="show the served model's name, version and metrics")
     i.set_defaults(func=_cmd_info)
+    m = sub.add_parser("models", parents=[common], help="list the server's models: versions, served version, state")
+    m.set_defaults(func=_cmd_models)
     return parser
 
 

@@ -133,3 +133,10 @@ def has_attention(manifest: dict) -> bool:
 def attention_modes(manifest: dict) -> list[str]:
     """The DecodeOptions.attention_mode values the bundle takes (older bundles: soft only)."""
     return list(manifest.get("attention_modes", ["soft"] if has_attention(manifest) else []))
+
+
+def to_model_list(statuses, versions_of, default: str) -> pb.ListModelsResponse:
+    """statuses: the repository's ModelStatus list; versions_of(name): its version directories."""
+    return pb.ListModelsResponse(models=[
+        pb.ModelStatus(name=st.name, versions=versions_of(st.name), served_version=st.version, state=st.state,
+                       reason=st.reason, is_default=st.name == default) for st in statuses])

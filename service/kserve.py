@@ -28,7 +28,7 @@ from inference import grpc_service_pb2 as pb
 from service.bundle import Bundle
 from service.repository import UnknownModel
 from service.config import ServerConfig
-from service.convert import BadRequest, check_version, has_attention
+from service.convert import BadRequest, PermissionDenied, check_version, has_attention
 from service.engine import Decoded, DecodeOptions
 from service.servicer import ModelServicer, Served, deadline_of, observe
 
@@ -175,8 +175,17 @@ def to_infer_response(req: pb.ModelInferRequest, call: InferCall, results: list[
     return reply
 
 
+def _check_repository(name: str) -> None:
+    if name:  # Triton can have several repositories; this server has one, and it has no name
+        raise UnknownModel(f"repository_name {name!r}: this server has one model repository; leave it empty")
+
+
 class KServeServicer(ModelServicer):
     """inference.GRPCInferenceService: register with add_GRPCInferenceServiceServicer_to_server."""
+
+    def __init__(self, limits: ServerConfig, metrics, repository, admin_open: bool):
+        super().__init__(limits, metrics, repository)
+        self.admin_open = admin_open  # RepositoryModelLoad/Unload: see service/admin.py
 
     async def ServerLive(self, request, context):
         return await self._observe("ServerLive", context, self._value(pb.ServerLiveResponse(live=True)))
@@ -232,6 +241,45 @@ class KServeServicer(ModelServicer):
             output=[pb.ModelOutput(name=n, data_type=_CONFIG_TYPE[dt], dims=shape)
                     for n, (dt, shape) in _outputs(bundle).items()])
         return pb.ModelConfigResponse(config=config)
+
+    async def RepositoryIndex(self, request: pb.RepositoryIndexRequest, context):
+        return await self._observe("RepositoryIndex", context, self._index(request))
+
+    async def RepositoryModelLoad(self, request: pb.RepositoryModelLoadRequest, context):
+        served = Served()
+        return await self._observe("RepositoryModelLoad", context, self._load(request, served), served)
+
+    async def RepositoryModelUnload(self, request: pb.RepositoryModelUnloadRequest, context):
+        served = Served()
+        return await self._observe("RepositoryModelUnload", context, self._unload(request, served), served)
+
+    async def _index(self, request: pb.RepositoryIndexRequest) -> pb.RepositoryIndexResponse:
+        _check_repository(request.repository_name)
+        index = pb.RepositoryIndexResponse.ModelIndex
+        return pb.RepositoryIndexResponse(models=[
+            index(name=s.name, version=s.version, state=s.state, reason=s.reason)
+            for s in self.repository.index() if s.state == "READY" or not request.ready])
+
+    async def _load(self, request: pb.RepositoryModelLoadRequest, served: Served) -> pb.RepositoryModelLoadResponse:
+        _check_repository(request.repository_name)
+        self._admin()
+        status = await self.repository.load_model(request.model_name)
+        served.model = status.name
+        return pb.RepositoryModelLoadResponse()
+
+    async def _unload(self, request: pb.RepositoryModelUnloadRequest,
+                      served: Served) -> pb.RepositoryModelUnloadResponse:
+        _check_repository(request.repository_name)
+        self._admin()
+        await self.repository.unload_model(request.model_name)
+        served.model = request.model_name  # a name it served a moment ago: still a bounded label
+        return pb.RepositoryModelUnloadResponse()
+
+    def _admin(self) -> None:
+        if not self.admin_open:
+            raise PermissionDenied("loading and unloading models is closed on this server: configure a bearer "
+                                   "token (--auth-token-file or ATTNSERVE_AUTH_TOKEN) or start it with "
+                                   "--admin-without-token true")
 
     def _named(self, name: str, version: str, served: Served):
         """The Open Inference Protocol names the model in every model call."""

@@ -35,9 +35,16 @@ class UnknownModel(LookupError):
 @dataclass(frozen=True)
 class ModelStatus:
     name: str
-    state: str  # LOADING, READY or UNAVAILABLE (failed to load; `reason` says why)
+    state: str  # LOADING, READY or UNAVAILABLE (failed to load or unloaded; `reason` says why)
     version: str = ""  # the version served
     reason: str = ""
+
+
+def versions_on_disk(model_dir: Path) -> list[str]:
+    try:
+        return sorted((p.name for p in model_dir.iterdir() if p.is_dir() and is_version(p.name)), key=int)
+    except OSError:
+        return []
 
 
 def is_model_dir(path: Path) -> bool:
@@ -72,8 +79,10 @@ class ModelRepository:
         self.metrics = metrics
         self.models: dict[str, ModelManager] = {}
         self.failed: dict[str, str] = {}  # name -> why it did not load
+        self.unloaded: set[str] = set()  # unloaded while running (RepositoryModelUnload)
         self.default = ""
         self.loaded = False  # load_all() has run
+        self.on_change = []  # async callables, awaited after a model is loaded or unloaded (health)
 
     async def load_all(self) -> None:
         """Load every model; raises BundleError when none could be loaded (nothing to serve)."""
@@ -105,6 +114,53 @@ class ModelRepository:
             return wanted
         return next(iter(self.models)) if len(found) == 1 else ""
 
+    async def load_model(self, name: str) -> ModelStatus:
+        """Serve a model of the repository directory (a new one copied in while running, or one
+        unloaded before); a model already served reloads its latest version. Raises UnknownModel
+        for a name the repository does not hold and BundleError for a bundle it cannot serve."""
+        if name in self.models:
+            bundle = await self.models[name].load()
+            return ModelStatus(name, "READY", bundle.version)
+        path = self._dir_of(name)
+        manager = ModelManager(name, path, self.cfg, self.metrics.for_model(name))
+        try:
+            bundle = await manager.load()
+        except BundleError as e:
+            self.failed[name] = e.reason
+            raise
+        self.failed.pop(name, None)
+        self.unloaded.discard(name)
+        self.models[name] = manager  # served from here on
+        manager.start_polling()
+        log.info("loaded model %s version %s", name, bundle.version)
+        await self._changed()
+        return ModelStatus(name, "READY", bundle.version)
+
+    async def unload_model(self, name: str) -> None:
+        """Stop serving a model: new calls answer NOT_FOUND at once, admitted ones finish first."""
+        manager = self.models.pop(name, None)
+        if manager is None:
+            raise UnknownModel(f"model {name!r} is not loaded (loaded: {sorted(self.models)})")
+        self.unloaded.add(name)
+        await self._changed()
+        if manager.batcher is not None and not await manager.batcher.drain(self.cfg.server.grace_period_s):
+            log.warning("model %s did not drain within %.1f s; failing what is left", name,
+                        self.cfg.server.grace_period_s)
+        await manager.stop()
+        log.info("unloaded model %s", name)
+
+    async def _changed(self) -> None:
+        for callback in self.on_change:
+            await callback()
+
+    def _dir_of(self, name: str) -> Path:
+        if self.cfg.model_dir is not None:
+            raise UnknownModel(f"this server serves one model ({sorted(self.models)}), not a repository")
+        path = self.cfg.model_repository / name
+        if name in ("", ".", "..") or "/" in name or not path.is_dir() or not is_model_dir(path):
+            raise UnknownModel(f"the model repository has no model {name!r}")
+        return path
+
     def manager(self, name: str) -> ModelManager:
         """The model's manager; "" is the default model. Raises UnknownModel (NotReady before load_all)."""
         if not self.loaded:
@@ -115,7 +171,7 @@ class ModelRepository:
         if not name and not self.default:
             raise UnknownModel(f"this server serves several models {sorted(self.models)} and no default: "
                                f"name one (model_name)")
-        if key in self.failed:
+        if key in self.failed and key not in self.unloaded:
             raise NotReady(f"model {key!r} is not loaded: {self.failed[key]}")
         raise UnknownModel(f"model {name!r} is not served here (serving {sorted(self.models)})")
 
@@ -136,10 +192,29 @@ class ModelRepository:
         return m is not None and m.bundle is not None and version in ("", m.bundle.version)
 
     def statuses(self) -> list[ModelStatus]:
+        """Every model the server knows of: served, failed, or unloaded."""
         out = [ModelStatus(n, "READY", m.bundle.version, "") if m.bundle else ModelStatus(n, "LOADING")
                for n, m in self.models.items()]
-        return sorted(out + [ModelStatus(n, "UNAVAILABLE", "", why) for n, why in self.failed.items()],
-                      key=lambda s: s.name)
+        out += [ModelStatus(n, "UNAVAILABLE", "", why) for n, why in self.failed.items() if n not in self.models]
+        out += [ModelStatus(n, "UNAVAILABLE", "", "unloaded") for n in self.unloaded
+                if n not in self.models and n not in self.failed]
+        return sorted(out, key=lambda s: s.name)
+
+    def dir_of(self, name: str) -> Path | None:
+        """The model directory of a model the server knows of (None for --model-dir's single bundle)."""
+        if name in self.models:
+            return self.models[name].model_dir
+        return None if self.cfg.model_dir is not None else self.cfg.model_repository / name
+
+    def index(self) -> list[ModelStatus]:
+        """statuses(), and the repository directory's models never loaded (copied in since start-up)."""
+        known = self.statuses()
+        names = {s.name for s in known}
+        if self.cfg.model_dir is None and self.cfg.model_repository.is_dir():
+            known += [ModelStatus(p.name, "UNAVAILABLE", "", "not loaded")
+                      for p in sorted(self.cfg.model_repository.iterdir())
+                      if p.name not in names and p.is_dir() and not p.name.startswith(".") and is_model_dir(p)]
+        return sorted(known, key=lambda s: s.name)
 
     def start_polling(self) -> None:
         for m in self.models.values():

@@ -87,8 +87,8 @@ class AttnServer:
         self.cfg = cfg
         self.metrics = metrics or Metrics()
         self.repository = ModelRepository(cfg, self.metrics)
+        self.repository.on_change.append(self._update_health)
         self.servicer = TransducerServicer(cfg.server, self.metrics, self.repository)
-        self.kserve = KServeServicer(cfg.server, self.metrics, self.repository)  # Open Inference Protocol, same port
         self.health = HealthServicer()
         self.port = 0
         self.metrics_port = -1
@@ -96,11 +96,14 @@ class AttnServer:
         self._credentials = server_credentials(cfg.server)
         token = load_auth_token(cfg.server, os.environ)
         self.auth = token is not None
+        admin_open = self.auth or cfg.server.admin_without_token  # admin calls: service/admin.py
+        # The Open Inference Protocol, on the same port.
+        self.kserve = KServeServicer(cfg.server, self.metrics, self.repository, admin_open)
         # The guard first: it wraps whatever handler the others return (service/guard.py).
         interceptors = [GuardInterceptor()] + ([BearerTokenInterceptor(token, self.metrics)] if self.auth else [])
         self.grpc = grpc.aio.server(interceptors=interceptors, options=grpc_options(cfg.server))
         services = ServiceRecorder(self.grpc)
-        admin = AdminServicer(self.repository, self.metrics, open_=self.auth or cfg.server.admin_without_token)
+        admin = AdminServicer(self.repository, self.metrics, open_=admin_open)
         services.add_generic_rpc_handlers((handler(self.servicer), admin_handler(admin)))
         kserve_grpc.add_GRPCInferenceServiceServicer_to_server(self.kserve, services)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, services)
@@ -131,17 +134,20 @@ class AttnServer:
         loaded, and the server ("" and the Transducer service) once every model it was asked to
         serve is. Raises BundleError when no model could be loaded."""
         await self.repository.load_all()
-        for status in self.repository.statuses():
-            await self.health.set(status.name, SERVING if status.state == "READY" else NOT_SERVING)
-        if self.repository.all_ready():
-            for service in ("", SERVICE_NAME):
-                await self.health.set(service, SERVING)
+        await self._update_health()
         self.repository.start_polling()
         served = ", ".join(f"{s.name} version {s.version}" if s.version else f"{s.name} (not loaded)"
                            for s in self.repository.statuses())
         log.info("serving %s on port %d (%s%s; metrics on %d)", served, self.port,
                  "mutual TLS" if self.cfg.server.tls_client_ca_file else "TLS" if self._credentials else "plaintext",
                  ", bearer token required" if self.auth else "", self.metrics_port)
+
+    async def _update_health(self) -> None:
+        """Each model's name SERVING once loaded; the server once every model it serves is."""
+        for status in self.repository.statuses():
+            await self.health.set(status.name, SERVING if status.state == "READY" else NOT_SERVING)
+        for service in ("", SERVICE_NAME):
+            await self.health.set(service, SERVING if self.repository.all_ready() else NOT_SERVING)
 
     async def lame_duck(self, cut_short: asyncio.Event | None = None) -> None:
         """Say NOT_SERVING but go on serving for lame_duck_s (or until cut_short is set), so that

@@ -19,7 +19,7 @@ from service.bundle import Bundle, BundleError, VersionNotFound
 from service.config import ServerConfig
 from service.guard import internal_error
 from service.metrics import Metrics
-from service.repository import ModelRepository
+from service.repository import ModelRepository, versions_on_disk
 
 SERVICE_NAME = "attnserve.v1.Transducer"
 log = logging.getLogger("attnserve")
@@ -163,6 +163,15 @@ class TransducerServicer(ModelServicer):
         served = Served()
         return await observe(self.metrics, "GetModelInfo", served, context, self._model_info(request.model_name, served))
 
+    async def ListModels(self, request: pb.ListModelsRequest, context) -> pb.ListModelsResponse:
+        return await observe(self.metrics, "ListModels", Served(), context, self._list_models())
+
+    async def _list_models(self) -> pb.ListModelsResponse:
+        def versions_of(name: str) -> list[str]:
+            path = self.repository.dir_of(name)
+            return versions_on_disk(path) if path is not None else []
+        return convert.to_model_list(self.repository.index(), versions_of, self.repository.default)
+
     async def _transduce(self, raw: bytes, deadline_s: float | None, served: Served) -> pb.TransduceResponse:
         call = convert.parse_transduce(raw, self.limits)
         # No await between picking the batcher and enqueuing on it: a hot reload (service/models.py)
@@ -189,4 +198,7 @@ def handler(servicer: TransducerServicer) -> grpc.GenericRpcHandler:
         "GetModelInfo": grpc.unary_unary_rpc_method_handler(
             servicer.GetModelInfo, request_deserializer=pb.GetModelInfoRequest.FromString,
             response_serializer=pb.ModelInfo.SerializeToString),
+        "ListModels": grpc.unary_unary_rpc_method_handler(
+            servicer.ListModels, request_deserializer=pb.ListModelsRequest.FromString,
+            response_serializer=pb.ListModelsResponse.SerializeToString),
     })

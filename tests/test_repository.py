@@ -2,6 +2,10 @@
 beside good ones, per-model health, readiness and metrics, and one model reloaded while another
 is under load."""
 import asyncio
+import functools
+import multiprocessing
+import shutil
+from concurrent.futures import ProcessPoolExecutor
 
 import grpc
 import pytest
@@ -11,6 +15,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from attnserve.v1 import attnserve_pb2 as pb, attnserve_pb2_grpc as pbg
 from inference import grpc_service_pb2 as kpb, grpc_service_pb2_grpc as kpbg
 from service.config import BatcherConfig, Config, ServerConfig
+from tests import triton_calls
 from tests.live import add_version, copy_model, serving
 
 
@@ -96,3 +101,74 @@ async def test_one_model_reloads_while_the_other_is_under_load_without_a_failure
         await asyncio.gather(*callers)
     assert (info.name, info.version) == ("other", "2")
     assert failed == [] and done > before
+
+
+async def test_stock_tritonclient_lists_loads_and_unloads_models_while_another_is_under_load(server, repository,
+                                                                                             tiny_bundle):
+    """Triton's repository extension through tritonclient: the index names every model (and why the
+    broken one is not served); a model copied in while running serves after a load; an unload lets
+    admitted work finish, then the name answers NOT_FOUND; the other model's callers never fail."""
+    url = f"127.0.0.1:{server.port}"
+    with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as worker:
+        async def triton(action, model=""):
+            return await asyncio.get_running_loop().run_in_executor(
+                worker, functools.partial(triton_calls.repository, url, action, model))
+
+        shutil.rmtree(repository / "late", ignore_errors=True)
+        copy_model(tiny_bundle, repository, "late")  # copied in while the server runs
+        index = {m["name"]: m for m in await triton("index")}
+        assert index["tiny"]["state"] == "READY" and index["broken"]["state"] == "UNAVAILABLE"
+        assert "ONNX" in index["broken"]["reason"] and index["late"]["reason"] == "not loaded"
+        async with grpc.aio.insecure_channel(url) as channel:
+            stub = pbg.TransducerStub(channel)
+            done, failed, stop = 0, [], asyncio.Event()
+
+            async def caller():
+                nonlocal done
+                while not stop.is_set():
+                    try:
+                        await stub.Transduce(pb.TransduceRequest(inputs=["attention"], model_name="tiny"), timeout=10)
+                        done += 1
+                    except grpc.aio.AioRpcError as e:
+                        failed.append(e.code().name)
+
+            callers = [asyncio.create_task(caller()) for _ in range(8)]
+            assert await triton("load", "late") is None
+            late = await stub.Transduce(pb.TransduceRequest(inputs=["hello"], model_name="late"), timeout=10)
+            in_flight = [asyncio.ensure_future(stub.Transduce(pb.TransduceRequest(inputs=["queued"] * 8,
+                                                                                  model_name="late"), timeout=10))
+                         for _ in range(4)]
+            late_batcher = server.repository.models["late"].batcher
+            for _ in range(500):  # until all 32 sources are admitted (queued or decoding)
+                if len(late_batcher._pending) >= 32:
+                    break
+                await asyncio.sleep(0.01)
+            assert await triton("unload", "late") is None
+            admitted = await asyncio.gather(*in_flight, return_exceptions=True)
+            with pytest.raises(grpc.aio.AioRpcError) as gone:
+                await stub.Transduce(pb.TransduceRequest(inputs=["hello"], model_name="late"), timeout=10)
+            models = {m.name: m for m in (await stub.ListModels(pb.ListModelsRequest(), timeout=10)).models}
+            stop.set()
+            await asyncio.gather(*callers)
+        missing = await triton("load", "no-such-model")
+    assert late.model_name == "late"
+    assert all(not isinstance(a, Exception) for a in admitted), admitted  # admitted work finished
+    assert gone.value.code() == grpc.StatusCode.NOT_FOUND
+    assert failed == [] and done > 0  # the other model's callers
+    assert models["tiny"].is_default and models["tiny"].served_version == "1" and list(models["tiny"].versions) == ["1"]
+    assert models["late"].state == "UNAVAILABLE" and models["late"].reason == "unloaded"
+    assert "NOT_FOUND" in missing.status
+
+
+async def test_loading_and_unloading_are_closed_without_a_token_or_the_flag(repository):
+    cfg = Config(model_repository=repository, default_model="tiny",
+                 server=ServerConfig(host="127.0.0.1", port=0, metrics_port=-1))
+    async with serving(cfg) as closed, grpc.aio.insecure_channel(f"127.0.0.1:{closed.port}") as channel:
+        kserve = kpbg.GRPCInferenceServiceStub(channel)
+        for call in (kserve.RepositoryModelLoad(kpb.RepositoryModelLoadRequest(model_name="other"), timeout=10),
+                     kserve.RepositoryModelUnload(kpb.RepositoryModelUnloadRequest(model_name="other"), timeout=10)):
+            with pytest.raises(grpc.aio.AioRpcError) as refused:
+                await call
+            assert refused.value.code() == grpc.StatusCode.PERMISSION_DENIED
+        index = await kserve.RepositoryIndex(kpb.RepositoryIndexRequest(ready=True), timeout=10)
+        assert {m.name for m in index.models} >= {"tiny", "other"} and all(m.state == "READY" for m in index.models)

@@ -82,3 +82,20 @@ def infer(url: str, model: str, data: np.ndarray, datatype: str = "BYTES", outpu
             return _failed(e)
     response = result.get_response()
     return {"_id": response.id, **{o.name: result.as_numpy(o.name) for o in response.outputs}}
+
+
+def repository(url: str, action: str, model: str = "") -> list[dict] | None | Failed:
+    """tritonclient's model repository extension: "index" (as JSON), "load" or "unload" a model."""
+    from tritonclient.utils import InferenceServerException
+
+    client = _client(url)
+    try:
+        if action == "index":
+            return client.get_model_repository_index(as_json=True).get("models", [])
+        if action == "load":
+            client.load_model(model)
+        elif action == "unload":
+            client.unload_model(model)
+        return None
+    except InferenceServerException as e:
+        return _failed(e)
