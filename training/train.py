@@ -275,10 +275,10 @@ def main(argv=None):
     tcfg = TrainConfig(**{f: getattr(args, f) for f in TrainConfig.__dataclass_fields__})
     splits, desc = load_corpus(args)
     dist = distributed.setup(tcfg.device)
-    try:
-        result = train(model_kwargs, tcfg, splits, desc, args.out, args.init_from, dist)
-    finally:
-        distributed.teardown(dist)
+    # No teardown after an exception: the other ranks may be inside a collective, which a
+    # barrier or destroy_process_group would then hang; the launcher ends them.
+    result = train(model_kwargs, tcfg, splits, desc, args.out, args.init_from, dist)
+    distributed.teardown(dist)
     if dist.main:
         print(json.dumps(result), flush=True)
 
