@@ -9,6 +9,8 @@ PROTO := protos/attnserve/v1/attnserve.proto
 # The Open Inference Protocol (KServe v2 / Triton) service, served beside the native API.
 KSERVE_PROTO := protos/inference/grpc_service.proto
 GEN := gen/attnserve/v1/attnserve_pb2.py
+# The C++ load generator of `make overload` and `make bench` (bench/cpp/loadgen.cc).
+LOADGEN := build/attnserve-loadgen
 
 .PHONY: serve test install-serve install-dev protos train export quantize bench evaluate report clean
 
@@ -77,9 +79,9 @@ quantize: $(VENV)/.dev-installed
 	$(PY) -m training.quantize --bundle $(MODEL_DIR)/$(MODEL_VERSION)
 
 # The serving benchmark (not a test): results in bench/results/ (JSON, markdown, PNG).
-bench: $(VENV)/.dev-installed
+bench: $(VENV)/.dev-installed $(LOADGEN)
 	$(PIP) install -q -e ".[dev,bench]"
-	$(PY) -m bench.run --bundle $(MODEL_DIR)/$(MODEL_VERSION)
+	$(PY) -m bench.run --bundle $(MODEL_DIR)/$(MODEL_VERSION) --loadgen $(LOADGEN)
 
 # Every model variant, each trained for the same minutes from the same seed, exported with the parity
 # check and measured through the ONNX engine, beside g2p-en and published results: docs/RESULTS.md.
@@ -92,7 +94,6 @@ report: $(VENV)/.dev-installed
 # Not part of `make test`: goodput of the real server offered 1x, 3x and 10x its capacity (bench/overload.py),
 # with a C++ load generator (bench/cpp/loadgen.cc) built against Debian's libgrpc++-dev, so that the client's
 # CPU stays small beside the server's. Results in bench/results/overload.{json,md}.
-LOADGEN := build/attnserve-loadgen
 OVERLOAD_DEPS := g++ make pkg-config libgrpc++-dev
 $(LOADGEN): bench/cpp/loadgen.cc bench/cpp/Makefile
 	@pkg-config --exists grpc++ || $(APT_INSTALL) $(OVERLOAD_DEPS) || \

@@ -103,6 +103,10 @@ def markdown(r: dict, rows: list[dict]) -> str:
         lines.append(f"| {name} | - | {x['words_per_s']:.0f} | {x['calls_per_s']:.0f} | {x['p50_ms']:.2f} | "
                      f"{x['p90_ms']:.2f} | {x['p99_ms']:.2f} | {x['errors']} | {x['client_cpu_util']:.2f} | "
                      f"{x['server_cpu_util']:.2f} |")
+    if "fairness" in r:
+        from bench.fairness import lines as fairness_lines
+
+        lines += ["", "Two models in one server (bench/fairness.py):", ""] + fairness_lines(r["fairness"])
     lines += ["", "| in-process engine | words/s |", "|---|---|"]
     lines += [f"| {k} | {v:.0f} |" for k, v in r["engine"].items()]
     lines += ["", "Greedy decoding in one ONNX Loop call vs one decoder-graph call per step (request-level "

@@ -128,6 +128,7 @@ def main(argv=None):
     p.add_argument("--duration-s", type=float, default=8.0)
     p.add_argument("--out", default="bench/results")
     p.add_argument("--engine-only", action="store_true", help="only the in-process engine sweep, printed")
+    p.add_argument("--loadgen", default="build/attnserve-loadgen", help="bench/cpp/loadgen.cc, built (fairness)")
     args = p.parse_args(argv)
     bundle = load_bundle(args.bundle)
     refs = load_refs(bundle.manifest["data"], "test")
@@ -185,6 +186,10 @@ def main(argv=None):
         r["naive_torch"] = load(naive, str(words_file), d, concurrency=8)
     r["wer"] = {"fp32": bundle.manifest.get("metrics", {}).get("test"),
                 "int8": bundle.manifest.get("int8", {}).get("metrics", {}).get("test")}
+    print("two models in one server: fair sharing (bench/fairness.py)", flush=True)
+    from bench import fairness
+
+    r["fairness"] = fairness.measure(bundle.path, args.loadgen, d)
     write_report(r, Path(args.out))
 
 

@@ -172,3 +172,24 @@ async def test_loading_and_unloading_are_closed_without_a_token_or_the_flag(repo
             assert refused.value.code() == grpc.StatusCode.PERMISSION_DENIED
         index = await kserve.RepositoryIndex(kpb.RepositoryIndexRequest(ready=True), timeout=10)
         assert {m.name for m in index.models} >= {"tiny", "other"} and all(m.state == "READY" for m in index.models)
+
+
+async def test_a_model_is_never_queued_behind_another_models_backlog(server):
+    """Each model has its own queue and engine thread: with model tiny's queue deep, a call to
+    model other is answered while tiny's backlog is still there."""
+    tiny_queue = server.repository.models["tiny"].batcher.metrics.queue_depth
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{server.port}") as channel:
+        stub = pbg.TransducerStub(channel)
+        words = ["internationalization", "characteristically", "photosynthesis", "counterproductive"] * 4
+        backlog = [asyncio.ensure_future(stub.Transduce(pb.TransduceRequest(inputs=words), timeout=60))
+                   for _ in range(48)]  # 768 sources for a batch of 16
+        for _ in range(500):
+            if tiny_queue._value.get() >= 200:
+                break
+            await asyncio.sleep(0.01)
+        depth_before = tiny_queue._value.get()
+        reply = await stub.Transduce(pb.TransduceRequest(inputs=["hello"], model_name="other"), timeout=10)
+        depth_after = tiny_queue._value.get()
+        await asyncio.gather(*backlog)
+    assert reply.model_name == "other" and reply.results[0].output_tokens
+    assert depth_before >= 200 and depth_after >= 16, (depth_before, depth_after)  # tiny's backlog still queued
