@@ -90,40 +90,35 @@ def make_pki(directory: Path) -> Pki:
 
 # --- model versions ----------------------------------------------------------------------------
 
-def add_version(model_dir: Path, version: str, *, break_onnx: bool = False, bad_hash: bool = False) -> Path:
-    """Copy version 1 of model_dir to `version` with that version in its manifest.
+def copy_bundle(src: Path, dst: Path, *, break_onnx: bool = False, bad_hash: bool = False, **changes) -> Path:
+    """A copy of bundle `src` at `dst` with `changes` in its manifest, hashed again.
 
     break_onnx: the encoder is garbage but the manifest hashes match it (it passes the hash
     check and fails in onnxruntime). bad_hash: a graph is changed after hashing.
     """
-    src = load_bundle(model_dir, "1")
-    dst = model_dir / version
-    staging = model_dir / f".{version}.tmp"  # a non-numeric name: a poller never sees a half-copied version
-    shutil.rmtree(staging, ignore_errors=True)
-    shutil.copytree(src.path, staging)
-    manifest = json.loads((staging / MANIFEST).read_text())
-    manifest["version"] = version
+    shutil.rmtree(dst, ignore_errors=True)
+    shutil.copytree(src, dst)
+    manifest = {**json.loads((dst / MANIFEST).read_text()), **changes}
     if break_onnx:
-        (staging / manifest["graphs"]["encoder"]).write_bytes(b"this is not an ONNX graph")
-    write_manifest(staging, {k: v for k, v in manifest.items() if k not in ("files", "format_version")})
+        (dst / manifest["graphs"]["encoder"]).write_bytes(b"this is not an ONNX graph")
+    write_manifest(dst, {k: v for k, v in manifest.items() if k not in ("files", "format_version")})
     if bad_hash:
-        with (staging / manifest["graphs"]["encoder"]).open("ab") as f:
+        with (dst / manifest["graphs"]["encoder"]).open("ab") as f:
             f.write(b"tampered")
-    staging.rename(dst)
     return dst
+
+
+def add_version(model_dir: Path, version: str, *, break_onnx: bool = False, bad_hash: bool = False) -> Path:
+    """Copy version 1 of model_dir to `version` with that version in its manifest."""
+    staging = model_dir / f".{version}.tmp"  # a non-numeric name: a poller never sees a half-copied version
+    copy_bundle(load_bundle(model_dir, "1").path, staging, break_onnx=break_onnx, bad_hash=bad_hash, version=version)
+    return staging.rename(model_dir / version)
 
 
 def copy_model(model_dir: Path, repository: Path, name: str, *, break_onnx: bool = False) -> Path:
     """Version 1 of model_dir as model `name` of a repository (its manifest renamed to match)."""
-    src = load_bundle(model_dir, "1")
-    dst = repository / name / "1"
-    shutil.copytree(src.path, dst)
-    manifest = json.loads((dst / MANIFEST).read_text())
-    manifest["name"] = name
-    if break_onnx:
-        (dst / manifest["graphs"]["encoder"]).write_bytes(b"this is not an ONNX graph")
-    write_manifest(dst, {k: v for k, v in manifest.items() if k not in ("files", "format_version")})
-    return dst.parent
+    copy_bundle(load_bundle(model_dir, "1").path, repository / name / "1", break_onnx=break_onnx, name=name)
+    return repository / name
 
 
 # --- servers -----------------------------------------------------------------------------------

@@ -37,6 +37,32 @@ async def server(repository):
         yield s
 
 
+class Callers:
+    """Closed-loop callers of one model while a test does something else; counts answers and failures."""
+
+    def __init__(self, stub, model: str, n: int = 8):
+        self.stub, self.model, self.n = stub, model, n
+        self.done, self.failed, self._stop = 0, [], asyncio.Event()
+
+    async def _call(self):
+        while not self._stop.is_set():
+            try:
+                reply = await self.stub.Transduce(pb.TransduceRequest(inputs=["attention", "knight"],
+                                                                      model_name=self.model), timeout=10)
+                assert reply.model_name == self.model
+                self.done += 1
+            except grpc.aio.AioRpcError as e:
+                self.failed.append(e.code().name)
+
+    async def __aenter__(self):
+        self._tasks = [asyncio.create_task(self._call()) for _ in range(self.n)]
+        return self
+
+    async def __aexit__(self, *exc):
+        self._stop.set()
+        await asyncio.gather(*self._tasks)
+
+
 async def health_of(channel, service: str) -> int:
     return (await health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(service=service),
                                                             timeout=5)).status
@@ -79,28 +105,14 @@ async def test_requests_pick_their_model_and_a_broken_one_is_reported(server):
 async def test_one_model_reloads_while_the_other_is_under_load_without_a_failure(server, repository):
     async with grpc.aio.insecure_channel(f"127.0.0.1:{server.port}") as channel:
         stub = pbg.TransducerStub(channel)
-        done, failed, stop = 0, [], asyncio.Event()
-
-        async def caller():
-            nonlocal done
-            while not stop.is_set():
-                try:
-                    reply = await stub.Transduce(pb.TransduceRequest(inputs=["attention", "knight"]), timeout=10)
-                    assert reply.model_name == "tiny"
-                    done += 1
-                except grpc.aio.AioRpcError as e:
-                    failed.append(e.code().name)
-
-        callers = [asyncio.create_task(caller()) for _ in range(8)]
-        await asyncio.sleep(0.3)
-        before = done
-        add_version(repository / "other", "2")
-        info = await stub.ReloadModel(pb.ReloadModelRequest(model_name="other"), timeout=60)
-        await asyncio.sleep(0.3)
-        stop.set()
-        await asyncio.gather(*callers)
+        async with Callers(stub, "tiny") as load:
+            await asyncio.sleep(0.3)
+            before = load.done
+            add_version(repository / "other", "2")
+            info = await stub.ReloadModel(pb.ReloadModelRequest(model_name="other"), timeout=60)
+            await asyncio.sleep(0.3)
     assert (info.name, info.version) == ("other", "2")
-    assert failed == [] and done > before
+    assert load.failed == [] and load.done > before
 
 
 async def test_stock_tritonclient_lists_loads_and_unloads_models_while_another_is_under_load(server, repository,
@@ -121,40 +133,27 @@ async def test_stock_tritonclient_lists_loads_and_unloads_models_while_another_i
         assert "ONNX" in index["broken"]["reason"] and index["late"]["reason"] == "not loaded"
         async with grpc.aio.insecure_channel(url) as channel:
             stub = pbg.TransducerStub(channel)
-            done, failed, stop = 0, [], asyncio.Event()
-
-            async def caller():
-                nonlocal done
-                while not stop.is_set():
-                    try:
-                        await stub.Transduce(pb.TransduceRequest(inputs=["attention"], model_name="tiny"), timeout=10)
-                        done += 1
-                    except grpc.aio.AioRpcError as e:
-                        failed.append(e.code().name)
-
-            callers = [asyncio.create_task(caller()) for _ in range(8)]
-            assert await triton("load", "late") is None
-            late = await stub.Transduce(pb.TransduceRequest(inputs=["hello"], model_name="late"), timeout=10)
-            in_flight = [asyncio.ensure_future(stub.Transduce(pb.TransduceRequest(inputs=["queued"] * 8,
-                                                                                  model_name="late"), timeout=10))
-                         for _ in range(4)]
-            late_batcher = server.repository.models["late"].batcher
-            for _ in range(500):  # until all 32 sources are admitted (queued or decoding)
-                if len(late_batcher._pending) >= 32:
-                    break
-                await asyncio.sleep(0.01)
-            assert await triton("unload", "late") is None
-            admitted = await asyncio.gather(*in_flight, return_exceptions=True)
-            with pytest.raises(grpc.aio.AioRpcError) as gone:
-                await stub.Transduce(pb.TransduceRequest(inputs=["hello"], model_name="late"), timeout=10)
-            models = {m.name: m for m in (await stub.ListModels(pb.ListModelsRequest(), timeout=10)).models}
-            stop.set()
-            await asyncio.gather(*callers)
+            async with Callers(stub, "tiny") as load:
+                assert await triton("load", "late") is None
+                late = await stub.Transduce(pb.TransduceRequest(inputs=["hello"], model_name="late"), timeout=10)
+                in_flight = [asyncio.ensure_future(stub.Transduce(pb.TransduceRequest(inputs=["queued"] * 8,
+                                                                                      model_name="late"), timeout=10))
+                             for _ in range(4)]
+                late_batcher = server.repository.models["late"].batcher
+                for _ in range(500):  # until all 32 sources are admitted (queued or decoding)
+                    if len(late_batcher._pending) >= 32:
+                        break
+                    await asyncio.sleep(0.01)
+                assert await triton("unload", "late") is None
+                admitted = await asyncio.gather(*in_flight, return_exceptions=True)
+                with pytest.raises(grpc.aio.AioRpcError) as gone:
+                    await stub.Transduce(pb.TransduceRequest(inputs=["hello"], model_name="late"), timeout=10)
+                models = {m.name: m for m in (await stub.ListModels(pb.ListModelsRequest(), timeout=10)).models}
         missing = await triton("load", "no-such-model")
     assert late.model_name == "late"
     assert all(not isinstance(a, Exception) for a in admitted), admitted  # admitted work finished
     assert gone.value.code() == grpc.StatusCode.NOT_FOUND
-    assert failed == [] and done > 0  # the other model's callers
+    assert load.failed == [] and load.done > 0  # the other model's callers
     assert models["tiny"].is_default and models["tiny"].served_version == "1" and list(models["tiny"].versions) == ["1"]
     assert models["late"].state == "UNAVAILABLE" and models["late"].reason == "unloaded"
     assert "NOT_FOUND" in missing.status
