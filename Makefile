@@ -67,6 +67,19 @@ train: $(VENV)/.dev-installed
 	  --batch-size 256 --lr 1e-3 --epoch-lr-decay 0.85 --lr-decay 0.5 --min-lr 1e-5 --patience-epochs 10 \
 	  --max-epochs 14 --seed 1 --device $(TRAIN_DEVICE)
 
+# The second model, ARPAbet with stress (AH0, EY1; models/g2p-en-stress, not shipped yet): the shipped
+# model's two stages on the same corpus and split with CMUdict's stress digits kept. Then
+#   make export EXPORT_CHECKPOINTS=runs/g2p-en-stress/stage2/best.pt MODEL_DIR=models/g2p-en-stress
+# and `attnserve-eval --bundle models/g2p-en-stress/1` reports WER/PER with stress and stress-stripped.
+.PHONY: train-stress
+train-stress: $(VENV)/.dev-installed
+	$(PY) -m training.train --corpus cmudict --keep-stress --out runs/g2p-en-stress/stage1 $(G2P_MODEL) \
+	  --batch-size 256 --lr 2e-3 --epoch-lr-decay 0.97 --lr-decay 0.5 --min-lr 2e-5 --patience-epochs 10 \
+	  --max-epochs 15 --seed 1 --device $(TRAIN_DEVICE)
+	$(PY) -m training.train --corpus cmudict --keep-stress --out runs/g2p-en-stress/stage2 \
+	  --init-from runs/g2p-en-stress/stage1/best.pt --batch-size 256 --lr 1e-3 --epoch-lr-decay 0.85 --lr-decay 0.5 \
+	  --min-lr 1e-5 --patience-epochs 10 --max-epochs 14 --seed 1 --device $(TRAIN_DEVICE)
+
 # Several checkpoints export their ensemble (training/ensemble.py), e.g.
 #   make export EXPORT_CHECKPOINTS="runs/seed1/best.pt runs/seed2/best.pt" MODEL_VERSION=2
 EXPORT_CHECKPOINTS ?= runs/g2p-en-gpu/stage2/best.pt

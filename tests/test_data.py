@@ -57,3 +57,13 @@ def test_references_group_all_pronunciations():
 
     refs = references([Pair(("r",), ("R", "IY")), Pair(("r",), ("R", "EH"))])
     assert refs == {("r",): [("R", "IY"), ("R", "EH")]}
+
+
+def test_stress_stripped_scores_merge_references_that_differ_only_in_stress():
+    from training.evaluate import stress_stripped
+
+    refs = {tuple("record"): [("R", "EH1", "K", "ER0", "D"), ("R", "EH0", "K", "ER1", "D")],
+            tuple("a"): [("AH0",), ("EY1",)]}
+    hyps = {tuple("record"): ["R", "EH2", "K", "ER0", "D"], tuple("a"): ["EY0"]}  # wrong stress, right phonemes
+    s = stress_stripped(hyps, refs)
+    assert s.wer == 0.0 and s.per == 0.0 and s.words == 2
