@@ -63,7 +63,7 @@ class Metrics:
                                      ["model", "result"], registry=r)
 
         self.model_load_failures = Counter("attnserve_model_load_failures",
-                                           "Models of the repository that failed to load at start-up.", ["model"],
+                                           "Models of the repository that failed to load (at start-up, on a load, or when polling found them).", ["model"],
                                            registry=r)
 
     def for_model(self, model: str) -> ModelMetrics:

@@ -14,6 +14,7 @@ Knows nothing of gRPC: the servicers ask it for a model's batcher and bundle.
 """
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from dataclasses import dataclass
@@ -83,6 +84,7 @@ class ModelRepository:
         self.default = ""
         self.loaded = False  # load_all() has run
         self.on_change = []  # async callables, awaited after a model is loaded or unloaded (health)
+        self._poller: asyncio.Task | None = None
 
     async def load_all(self) -> None:
         """Load every model; raises BundleError when none could be loaded (nothing to serve)."""
@@ -127,6 +129,7 @@ class ModelRepository:
             bundle = await manager.load()
         except BundleError as e:
             self.failed[name] = e.reason
+            self.metrics.model_load_failures.labels(name).inc()
             raise
         self.failed.pop(name, None)
         self.unloaded.discard(name)
@@ -217,9 +220,30 @@ class ModelRepository:
         return sorted(known, key=lambda s: s.name)
 
     def start_polling(self) -> None:
+        """Each model polls for its new versions; the repository, for model directories copied in."""
         for m in self.models.values():
             m.start_polling()
+        if self.cfg.repository.model_poll_s > 0 and self.cfg.model_dir is None and self._poller is None:
+            self._poller = asyncio.get_running_loop().create_task(self._poll_new_models(), name="attnserve-repo-poll")
+
+    async def _poll_new_models(self) -> None:
+        while True:
+            await asyncio.sleep(self.cfg.repository.model_poll_s)
+            # Unloaded and failed models stay as they are until an explicit load.
+            for status in await asyncio.to_thread(self.index):
+                if status.reason == "not loaded":
+                    try:
+                        await self.load_model(status.name)
+                    except (BundleError, UnknownModel) as e:
+                        log.error("model %s was copied in but did not load: %s", status.name, e)
 
     async def stop(self) -> None:
+        if self._poller is not None:
+            self._poller.cancel()
+            try:
+                await self._poller
+            except asyncio.CancelledError:
+                pass
+            self._poller = None
         for m in self.models.values():
             await m.stop()

@@ -14,9 +14,9 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from attnserve.v1 import attnserve_pb2 as pb, attnserve_pb2_grpc as pbg
 from inference import grpc_service_pb2 as kpb, grpc_service_pb2_grpc as kpbg
-from service.config import BatcherConfig, Config, ServerConfig
+from service.config import BatcherConfig, Config, RepositoryConfig, ServerConfig
 from tests import triton_calls
-from tests.live import add_version, copy_model, serving
+from tests.live import add_version, copy_bundle, copy_model, serving
 
 
 @pytest.fixture(scope="module")
@@ -192,3 +192,23 @@ async def test_a_model_is_never_queued_behind_another_models_backlog(server):
         await asyncio.gather(*backlog)
     assert reply.model_name == "other" and reply.results[0].output_tokens
     assert depth_before >= 200 and depth_after >= 16, (depth_before, depth_after)  # tiny's backlog still queued
+
+
+async def test_polling_serves_a_model_directory_copied_in(tiny_bundle, tmp_path):
+    """With --model-poll-s, a model directory that appears in the repository is loaded and served
+    (copied under a dot-name first and renamed into place, so it is never seen half-written)."""
+    root = tmp_path / "models"
+    copy_model(tiny_bundle, root, "tiny")
+    cfg = Config(model_repository=root, server=ServerConfig(host="127.0.0.1", port=0, metrics_port=-1),
+                 repository=RepositoryConfig(model_poll_s=0.2))
+    async with serving(cfg) as s, grpc.aio.insecure_channel(f"127.0.0.1:{s.port}") as channel:
+        stub = pbg.TransducerStub(channel)
+        copy_bundle(tiny_bundle / "1", root / ".arriving" / "1", name="arrived")
+        (root / ".arriving").rename(root / "arrived")
+        for _ in range(100):
+            if s.repository.is_ready("arrived"):
+                break
+            await asyncio.sleep(0.1)
+        reply = await stub.Transduce(pb.TransduceRequest(inputs=["hello"], model_name="arrived"), timeout=10)
+        status = {m.name: m.state for m in (await stub.ListModels(pb.ListModelsRequest(), timeout=10)).models}
+    assert reply.model_name == "arrived" and status == {"tiny": "READY", "arrived": "READY"}
