@@ -3,9 +3,8 @@
 Registered as its own generic handler beside the Transducer's data-plane methods, so
 the admin surface stays in one small place. It can only choose a version directory
 inside the model's directory, never a path. Triton's RepositoryModelLoad/Unload
-(service/kserve.py) follow the same rule. Closed by default: with a
-bearer token configured it needs the token like every other RPC; without one it answers
-PERMISSION_DENIED unless the server was started with --admin-without-token true.
+(service/kserve.py) follow the same rule. Who may call it is the security layer's to decide
+(service/security.py: the bearer token, or AdminClosedInterceptor).
 """
 from __future__ import annotations
 
@@ -19,10 +18,9 @@ from service.servicer import SERVICE_NAME, Served, observe
 
 
 class AdminServicer:
-    def __init__(self, repository: ModelRepository, metrics: Metrics, open_: bool):
+    def __init__(self, repository: ModelRepository, metrics: Metrics):
         self.repository = repository
         self.metrics = metrics
-        self.open = open_  # a bearer token guards every call, or the operator opened admin explicitly
 
     async def ReloadModel(self, request: pb.ReloadModelRequest, context: grpc.aio.ServicerContext) -> pb.ModelInfo:
         served = Served()
@@ -30,9 +28,6 @@ class AdminServicer:
                              self._reload(request.model_name, request.model_version, served))
 
     async def _reload(self, name: str, version: str, served: Served) -> pb.ModelInfo:
-        if not self.open:
-            raise convert.PermissionDenied("admin calls are closed on this server: configure a bearer token "
-                              "(--auth-token-file or ATTNSERVE_AUTH_TOKEN) or start it with --admin-without-token true")
         manager = self.repository.manager(name)
         served.model = manager.name
         bundle = await manager.load(version)

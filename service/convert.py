@@ -13,7 +13,7 @@ from google.protobuf.message import DecodeError
 from attnserve.v1 import attnserve_pb2 as pb
 from service.config import ServerConfig
 from service.engine import Decoded, DecodeOptions
-from service.repository import UnknownModel  # noqa: F401  (maps to NOT_FOUND; raised here and there)
+from service.repository import UnknownModel
 
 EOS_LABEL = "</s>"
 ATTENTION_MODE_OF = {pb.ATTENTION_MODE_SOFT: "soft", pb.ATTENTION_MODE_HARD: "hard", pb.ATTENTION_MODE_TOP_K: "topk"}
@@ -22,11 +22,6 @@ ATTENTION_MODE_OF = {pb.ATTENTION_MODE_SOFT: "soft", pb.ATTENTION_MODE_HARD: "ha
 class BadRequest(ValueError):
     """Maps to INVALID_ARGUMENT; the message names the offending field."""
 
-
-
-
-class PermissionDenied(Exception):
-    """Maps to PERMISSION_DENIED (an admin RPC on a server that opens none)."""
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ from inference import grpc_service_pb2 as pb
 from service.bundle import Bundle
 from service.repository import UnknownModel
 from service.config import ServerConfig
-from service.convert import BadRequest, PermissionDenied, check_version, has_attention
+from service.convert import BadRequest, check_version, has_attention
 from service.engine import Decoded, DecodeOptions
 from service.servicer import ModelServicer, Served, deadline_of, observe
 
@@ -60,8 +60,6 @@ def _server_version() -> str:
         return version("attnserve")
     except PackageNotFoundError:  # running from a source tree that was never installed
         return "unknown"
-
-
 
 
 def split_bytes_tensor(raw: bytes, count: int) -> list[bytes]:
@@ -183,10 +181,6 @@ def _check_repository(name: str) -> None:
 class KServeServicer(ModelServicer):
     """inference.GRPCInferenceService: register with add_GRPCInferenceServiceServicer_to_server."""
 
-    def __init__(self, limits: ServerConfig, metrics, repository, admin_open: bool):
-        super().__init__(limits, metrics, repository)
-        self.admin_open = admin_open  # RepositoryModelLoad/Unload: see service/admin.py
-
     async def ServerLive(self, request, context):
         return await self._observe("ServerLive", context, self._value(pb.ServerLiveResponse(live=True)))
 
@@ -262,7 +256,6 @@ class KServeServicer(ModelServicer):
 
     async def _load(self, request: pb.RepositoryModelLoadRequest, served: Served) -> pb.RepositoryModelLoadResponse:
         _check_repository(request.repository_name)
-        self._admin()
         status = await self.repository.load_model(request.model_name)
         served.model = status.name
         return pb.RepositoryModelLoadResponse()
@@ -270,16 +263,9 @@ class KServeServicer(ModelServicer):
     async def _unload(self, request: pb.RepositoryModelUnloadRequest,
                       served: Served) -> pb.RepositoryModelUnloadResponse:
         _check_repository(request.repository_name)
-        self._admin()
         await self.repository.unload_model(request.model_name)
         served.model = request.model_name  # a name it served a moment ago: still a bounded label
         return pb.RepositoryModelUnloadResponse()
-
-    def _admin(self) -> None:
-        if not self.admin_open:
-            raise PermissionDenied("loading and unloading models is closed on this server: configure a bearer "
-                                   "token (--auth-token-file or ATTNSERVE_AUTH_TOKEN) or start it with "
-                                   "--admin-without-token true")
 
     def _named(self, name: str, version: str, served: Served):
         """The Open Inference Protocol names the model in every model call."""

@@ -1,8 +1,8 @@
 """Transport security: TLS / mutual TLS credentials and an optional shared-secret bearer token.
 
-Server side: `server_credentials()` for the listening port and `BearerTokenInterceptor`,
+Server side: `server_credentials()` for the listening port, `BearerTokenInterceptor`,
 which refuses every RPC but the health checks unless it carries
-`authorization: Bearer <token>`. Client side: `channel_credentials()` builds what the
+`authorization: Bearer <token>`, and, on a server without a token, `AdminClosedInterceptor`. Client side: `channel_credentials()` builds what the
 CLI client, tests and scripts connect with.
 
 The token is a secret: it is read from a file (`--auth-token-file`) or from the
@@ -106,6 +106,33 @@ class BearerTokenInterceptor(grpc.aio.ServerInterceptor):
         self._metrics.auth_failures.inc()
         handler = await continuation(details)
         return _refusal(handler, "missing bearer token" if given is None else "wrong bearer token")
+
+
+# Admin calls change what the server serves; without a bearer token they are closed unless the
+# operator opens them (--admin-without-token), as Triton refuses its repository API unless started
+# in explicit model-control mode.
+ADMIN_METHODS = ("/attnserve.v1.Transducer/ReloadModel",
+                 "/inference.GRPCInferenceService/RepositoryModelLoad",
+                 "/inference.GRPCInferenceService/RepositoryModelUnload")
+ADMIN_CLOSED = ("admin calls are closed on this server: configure a bearer token (--auth-token-file or "
+                f"{TOKEN_ENV}) or start it with --admin-without-token true")
+
+
+class AdminClosedInterceptor(grpc.aio.ServerInterceptor):
+    """PERMISSION_DENIED for the admin methods; installed only on a server without a token whose
+    operator did not open them."""
+
+    async def intercept_service(self, continuation, details: grpc.HandlerCallDetails):
+        handler = await continuation(details)
+        if handler is None or details.method not in ADMIN_METHODS:
+            return handler
+
+        async def refuse(request, context):
+            await context.abort(grpc.StatusCode.PERMISSION_DENIED, ADMIN_CLOSED)
+
+        # The admin methods are unary. Their deserializer stays, so the guard still answers bytes that
+        # do not parse with INVALID_ARGUMENT, as on every method.
+        return grpc.unary_unary_rpc_method_handler(refuse, handler.request_deserializer, handler.response_serializer)
 
 
 def _refusal(handler: grpc.RpcMethodHandler | None, message: str) -> grpc.RpcMethodHandler:

@@ -28,7 +28,8 @@ from service.guard import GuardInterceptor
 from service.kserve import KServeServicer
 from service.metrics import Metrics
 from service.repository import ModelRepository
-from service.security import BearerTokenInterceptor, SecurityError, load_auth_token, server_credentials
+from service.security import (AdminClosedInterceptor, BearerTokenInterceptor, SecurityError, load_auth_token,
+                              server_credentials)
 from service.servicer import SERVICE_NAME, TransducerServicer, handler
 
 log = logging.getLogger("attnserve")
@@ -96,15 +97,18 @@ class AttnServer:
         self._credentials = server_credentials(cfg.server)
         token = load_auth_token(cfg.server, os.environ)
         self.auth = token is not None
-        admin_open = self.auth or cfg.server.admin_without_token  # admin calls: service/admin.py
-        # The Open Inference Protocol, on the same port.
-        self.kserve = KServeServicer(cfg.server, self.metrics, self.repository, admin_open)
-        # The guard first: it wraps whatever handler the others return (service/guard.py).
-        interceptors = [GuardInterceptor()] + ([BearerTokenInterceptor(token, self.metrics)] if self.auth else [])
+        self.kserve = KServeServicer(cfg.server, self.metrics, self.repository)  # Open Inference Protocol, same port
+        # The guard first: it wraps whatever handler the others return (service/guard.py). Admin calls
+        # need the token where there is one, else the operator's explicit --admin-without-token.
+        interceptors = [GuardInterceptor()]
+        if self.auth:
+            interceptors.append(BearerTokenInterceptor(token, self.metrics))
+        elif not cfg.server.admin_without_token:
+            interceptors.append(AdminClosedInterceptor())
         self.grpc = grpc.aio.server(interceptors=interceptors, options=grpc_options(cfg.server))
         services = ServiceRecorder(self.grpc)
-        admin = AdminServicer(self.repository, self.metrics, open_=admin_open)
-        services.add_generic_rpc_handlers((handler(self.servicer), admin_handler(admin)))
+        services.add_generic_rpc_handlers((handler(self.servicer),
+                                           admin_handler(AdminServicer(self.repository, self.metrics))))
         kserve_grpc.add_GRPCInferenceServiceServicer_to_server(self.kserve, services)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, services)
         reflection.enable_server_reflection(services.names + [reflection.SERVICE_NAME], self.grpc)

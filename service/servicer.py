@@ -34,7 +34,6 @@ STATUS_OF = {
     VersionNotFound: grpc.StatusCode.NOT_FOUND,  # ReloadModel: no such version directory
     BundleError: grpc.StatusCode.FAILED_PRECONDITION,  # ReloadModel: bundle refused, the old one still serves
     DeadlineExpired: grpc.StatusCode.DEADLINE_EXCEEDED,
-    convert.PermissionDenied: grpc.StatusCode.PERMISSION_DENIED,
 }
 
 

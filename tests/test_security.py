@@ -169,29 +169,40 @@ def test_unusable_pem_files_stop_the_server_with_their_names(pki, token_file, ti
 
 
 async def test_admin_calls_are_closed_unless_a_token_or_the_flag_opens_them(tiny_bundle, token_server):
-    """ReloadModel: PERMISSION_DENIED on a server with neither a token nor --admin-without-token; with
-    a token, the token opens it; the flag opens it on a trusted network."""
-    async def reload(address, metadata=None) -> grpc.StatusCode:
+    """Every admin method (security.ADMIN_METHODS): PERMISSION_DENIED on a server with neither a token nor
+    --admin-without-token; with a token, the token opens them; the flag opens them on a trusted network."""
+    from service.security import ADMIN_METHODS
+
+    async def codes(address, metadata=None) -> dict[str, tuple[grpc.StatusCode, str]]:
+        out = {}
         async with grpc.aio.insecure_channel(address) as channel:
-            stub = pbg.TransducerStub(channel)
-            return await code_of(stub.ReloadModel(pb.ReloadModelRequest(model_version="1"), timeout=30,
-                                                  metadata=metadata))
+            for method in ADMIN_METHODS:  # empty messages: reload the served version, load/unload model ""
+                try:
+                    await channel.unary_unary(method)(b"", timeout=30, metadata=metadata)
+                    out[method] = (grpc.StatusCode.OK, "")
+                except grpc.aio.AioRpcError as e:
+                    out[method] = (e.code(), e.details())
+        return out
 
     closed = await started(tiny_bundle)
     opened = await started(tiny_bundle, admin_without_token=True)
     try:
-        async with grpc.aio.insecure_channel(f"127.0.0.1:{closed.port}") as channel:
-            with pytest.raises(grpc.aio.AioRpcError) as refused:
-                await pbg.TransducerStub(channel).ReloadModel(pb.ReloadModelRequest(), timeout=10)
-        assert refused.value.code() == grpc.StatusCode.PERMISSION_DENIED
-        assert "--admin-without-token" in refused.value.details()
-        assert await reload(f"127.0.0.1:{opened.port}") == grpc.StatusCode.OK
-        token = (("authorization", "Bearer " + TOKEN),)
-        assert await reload(f"127.0.0.1:{token_server.port}", token) == grpc.StatusCode.OK
-        assert await reload(f"127.0.0.1:{token_server.port}") == grpc.StatusCode.UNAUTHENTICATED
+        refused = await codes(f"127.0.0.1:{closed.port}")
+        open_codes = await codes(f"127.0.0.1:{opened.port}")
+        with_token = await codes(f"127.0.0.1:{token_server.port}", (("authorization", "Bearer " + TOKEN),))
+        without_token = await codes(f"127.0.0.1:{token_server.port}")
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{closed.port}") as channel:  # the data plane stays open
+            assert len((await pbg.TransducerStub(channel).Transduce(pb.TransduceRequest(inputs=["a"]),
+                                                                    timeout=10)).results) == 1
     finally:
         await closed.stop(0)
         await opened.stop(0)
+    assert all(code == grpc.StatusCode.PERMISSION_DENIED and "--admin-without-token" in details
+               for code, details in refused.values()), refused
+    denied = (grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.UNAUTHENTICATED)
+    assert all(code not in denied for code, _ in [*open_codes.values(), *with_token.values()]), (open_codes, with_token)
+    assert open_codes["/attnserve.v1.Transducer/ReloadModel"][0] == grpc.StatusCode.OK
+    assert all(code == grpc.StatusCode.UNAUTHENTICATED for code, _ in without_token.values())
 
 
 def test_the_admin_flag_reads_booleans_from_flags_and_environment():
