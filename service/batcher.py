@@ -28,7 +28,8 @@ from service.admission import ServiceRate, refusal
 from service.config import BatcherConfig
 from service.beam import beam_search
 from service.engine import GREEDY, Decoded, DecodeOptions, Engine, Running
-from service.metrics import Metrics
+from service.metrics import ModelMetrics
+from service.tasks import cancel_and_wait
 
 
 class InvalidInput(ValueError):
@@ -57,7 +58,7 @@ class _Item:
 
 
 class Batcher:
-    def __init__(self, engine: Engine, cfg: BatcherConfig, metrics: Metrics):
+    def __init__(self, engine: Engine, cfg: BatcherConfig, metrics: ModelMetrics):
         self.engine = engine
         self.cfg = cfg
         self.metrics = metrics
@@ -89,13 +90,8 @@ class Batcher:
 
     async def stop(self) -> None:
         """Stop the loop; sources still queued fail with NotReady."""
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
-            self._task = None
+        await cancel_and_wait(self._task)
+        self._task = None
         while self._queue:
             item = self._queue.popleft()
             if not item.future.done():
@@ -397,5 +393,5 @@ def _resolve(outcomes: list[tuple[_Item, object]]) -> None:
             item.future.set_result(outcome)
 
 
-def make_batcher(engine: Engine, cfg: BatcherConfig, metrics: Metrics) -> Batcher:
+def make_batcher(engine: Engine, cfg: BatcherConfig, metrics: ModelMetrics) -> Batcher:
     return (ContinuousBatcher if cfg.mode == "continuous" else Batcher)(engine, cfg, metrics)

@@ -23,6 +23,7 @@ from service.bundle import MANIFEST, Bundle, BundleError, load_bundle, resolve
 from service.config import Config
 from service.engine import Engine, EngineConfig
 from service.metrics import ModelMetrics
+from service.tasks import cancel_and_wait
 
 log = logging.getLogger("attnserve")
 WARMUP_WORDS = ["warmup", "a", "attention"]
@@ -137,12 +138,7 @@ class ModelManager:
             self._seen_latest = path
 
     async def stop(self) -> None:
-        if self._poller is not None:
-            self._poller.cancel()
-            try:
-                await self._poller
-            except asyncio.CancelledError:
-                pass
-            self._poller = None
+        await cancel_and_wait(self._poller)
+        self._poller = None
         if self.batcher is not None:
             await self.batcher.stop()

@@ -25,6 +25,7 @@ from service.bundle import MANIFEST, Bundle, BundleError, is_version
 from service.config import Config
 from service.metrics import Metrics
 from service.models import ModelManager
+from service.tasks import cancel_and_wait
 
 log = logging.getLogger("attnserve")
 
@@ -61,6 +62,11 @@ def single_model_name(model_dir: Path) -> str:
         return model_dir.name
 
 
+def model_dirs(root: Path) -> dict[str, Path]:
+    """Name -> directory of the repository's models (a dot-name is one being copied in)."""
+    return {p.name: p for p in sorted(root.iterdir()) if p.is_dir() and not p.name.startswith(".") and is_model_dir(p)}
+
+
 def discover(cfg: Config) -> dict[str, Path]:
     """Name -> model directory of every model the configuration asks to serve."""
     if cfg.model_dir is not None:
@@ -68,7 +74,7 @@ def discover(cfg: Config) -> dict[str, Path]:
     root = cfg.model_repository
     if not root.is_dir():
         raise BundleError(root, "the model repository is not a directory")
-    models = {p.name: p for p in sorted(root.iterdir()) if p.is_dir() and not p.name.startswith(".") and is_model_dir(p)}
+    models = model_dirs(root)
     if not models:
         raise BundleError(root, "the model repository holds no model directory (<name>/<version>/)")
     return models
@@ -78,6 +84,7 @@ class ModelRepository:
     def __init__(self, cfg: Config, metrics: Metrics):
         self.cfg = cfg
         self.metrics = metrics
+        # A model the server knows of is in exactly one of these three.
         self.models: dict[str, ModelManager] = {}
         self.failed: dict[str, str] = {}  # name -> why it did not load
         self.unloaded: set[str] = set()  # unloaded while running (RepositoryModelUnload)
@@ -90,17 +97,12 @@ class ModelRepository:
         """Load every model; raises BundleError when none could be loaded (nothing to serve)."""
         found = discover(self.cfg)
         for name, path in found.items():
-            manager = ModelManager(name, path, self.cfg, self.metrics.for_model(name))
             try:
-                await manager.load()
+                await self._start(name, path)
             except BundleError as e:
-                self.failed[name] = e.reason
-                self.metrics.model_load_failures.labels(name).inc()
                 log.error("model %s did not load, the others serve on: %s", name, e)
                 if len(found) == 1:
                     raise
-                continue
-            self.models[name] = manager
         if not self.models:
             raise BundleError(self.cfg.model_repository, f"no model of the repository could be loaded "
                                                          f"({'; '.join(f'{n}: {r}' for n, r in self.failed.items())})")
@@ -123,21 +125,25 @@ class ModelRepository:
         if name in self.models:
             bundle = await self.models[name].load()
             return ModelStatus(name, "READY", bundle.version)
-        path = self._dir_of(name)
+        manager = await self._start(name, self._dir_of(name))
+        manager.start_polling()
+        log.info("loaded model %s version %s", name, manager.bundle.version)
+        await self._changed()
+        return ModelStatus(name, "READY", manager.bundle.version)
+
+    async def _start(self, name: str, path: Path) -> ModelManager:
+        """Load a model not served yet; it is served from here on, or recorded as failed (and raises)."""
         manager = ModelManager(name, path, self.cfg, self.metrics.for_model(name))
+        self.unloaded.discard(name)
         try:
-            bundle = await manager.load()
+            await manager.load()
         except BundleError as e:
             self.failed[name] = e.reason
             self.metrics.model_load_failures.labels(name).inc()
             raise
         self.failed.pop(name, None)
-        self.unloaded.discard(name)
-        self.models[name] = manager  # served from here on
-        manager.start_polling()
-        log.info("loaded model %s version %s", name, bundle.version)
-        await self._changed()
-        return ModelStatus(name, "READY", bundle.version)
+        self.models[name] = manager
+        return manager
 
     async def unload_model(self, name: str) -> None:
         """Stop serving a model: new calls answer NOT_FOUND at once, admitted ones finish first."""
@@ -174,7 +180,7 @@ class ModelRepository:
         if not name and not self.default:
             raise UnknownModel(f"this server serves several models {sorted(self.models)} and no default: "
                                f"name one (model_name)")
-        if key in self.failed and key not in self.unloaded:
+        if key in self.failed:
             raise NotReady(f"model {key!r} is not loaded: {self.failed[key]}")
         raise UnknownModel(f"model {name!r} is not served here (serving {sorted(self.models)})")
 
@@ -198,9 +204,8 @@ class ModelRepository:
         """Every model the server knows of: served, failed, or unloaded."""
         out = [ModelStatus(n, "READY", m.bundle.version, "") if m.bundle else ModelStatus(n, "LOADING")
                for n, m in self.models.items()]
-        out += [ModelStatus(n, "UNAVAILABLE", "", why) for n, why in self.failed.items() if n not in self.models]
-        out += [ModelStatus(n, "UNAVAILABLE", "", "unloaded") for n in self.unloaded
-                if n not in self.models and n not in self.failed]
+        out += [ModelStatus(n, "UNAVAILABLE", "", why) for n, why in self.failed.items()]
+        out += [ModelStatus(n, "UNAVAILABLE", "", "unloaded") for n in self.unloaded]
         return sorted(out, key=lambda s: s.name)
 
     def dir_of(self, name: str) -> Path | None:
@@ -214,9 +219,8 @@ class ModelRepository:
         known = self.statuses()
         names = {s.name for s in known}
         if self.cfg.model_dir is None and self.cfg.model_repository.is_dir():
-            known += [ModelStatus(p.name, "UNAVAILABLE", "", "not loaded")
-                      for p in sorted(self.cfg.model_repository.iterdir())
-                      if p.name not in names and p.is_dir() and not p.name.startswith(".") and is_model_dir(p)]
+            known += [ModelStatus(n, "UNAVAILABLE", "", "not loaded")
+                      for n in model_dirs(self.cfg.model_repository) if n not in names]
         return sorted(known, key=lambda s: s.name)
 
     def start_polling(self) -> None:
@@ -238,12 +242,7 @@ class ModelRepository:
                         log.error("model %s was copied in but did not load: %s", status.name, e)
 
     async def stop(self) -> None:
-        if self._poller is not None:
-            self._poller.cancel()
-            try:
-                await self._poller
-            except asyncio.CancelledError:
-                pass
-            self._poller = None
+        await cancel_and_wait(self._poller)
+        self._poller = None
         for m in self.models.values():
             await m.stop()
