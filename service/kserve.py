@@ -93,8 +93,8 @@ def _outputs(bundle: Bundle) -> dict:
 
 
 def parse_infer(req: pb.ModelInferRequest, limits: ServerConfig, bundle: Bundle) -> InferCall:
-    """Validate a ModelInferRequest against the model's signature and the server's limits."""
-    check_version(req.model_version, bundle.name, bundle.version)
+    """Validate a ModelInferRequest against the model's signature and the server's limits (its model
+    and version were found and checked by the servicer)."""
     names = [t.name for t in req.inputs]
     if names != [INPUT]:
         raise BadRequest(f"inputs must be exactly one tensor named {INPUT}, got {names}")
@@ -277,7 +277,7 @@ class KServeServicer(ModelServicer):
 
     async def _infer(self, request: pb.ModelInferRequest, deadline_s: float | None,
                      served: Served) -> pb.ModelInferResponse:
-        batcher, bundle = self._named(request.model_name, "", served)
+        batcher, bundle = self._named(request.model_name, request.model_version, served)
         call = parse_infer(request, self.limits, bundle)
         hyps = await batcher.transduce(call.texts, DecodeOptions(max_output_len=call.max_output_len), deadline_s)
         return to_infer_response(request, call, [h[0] for h in hyps], batcher.engine.tgt_joiner, bundle)
