@@ -128,3 +128,30 @@ async def test_sigterm_just_after_a_burst_loses_no_call(tiny_bundle, tmp_path, c
               "; ".join(f"{ms} ms: {n} sent, {len(f)} failed, exit {code}" for ms, n, f, code in rows))
     assert [(ms, f) for ms, _, f, _ in rows if f] == []
     assert all(code == 0 for *_, code in rows)
+
+
+async def test_the_lame_duck_serves_new_calls_and_a_second_signal_cuts_it_short(tiny_bundle, tmp_path):
+    """During the lame duck health says NOT_SERVING while a new call is still answered; a second
+    SIGTERM ends the lame duck at once (60 s here), and the server drains and exits 0."""
+    port = free_port()
+    proc = spawn_server(tiny_bundle, port, "--lame-duck-s", "60", "--grace-period-s", "5",
+                        log_path=tmp_path / "server.log")
+    try:
+        await asyncio.to_thread(wait_serving, f"127.0.0.1:{port}", 120, proc)
+        proc.send_signal(signal.SIGTERM)
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            health = health_pb2_grpc.HealthStub(channel)
+            for _ in range(100):
+                if (await health.Check(health_pb2.HealthCheckRequest(), timeout=5)).status == \
+                        health_pb2.HealthCheckResponse.NOT_SERVING:
+                    break
+                await asyncio.sleep(0.05)
+            during = await code_of(f"127.0.0.1:{port}")  # a new connection and call, in the lame duck
+        t0 = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        exit_code = await asyncio.to_thread(proc.wait, 30)
+        took_s = time.monotonic() - t0
+    finally:
+        terminate(proc)
+    assert during == grpc.StatusCode.OK
+    assert exit_code == 0 and took_s < 15, (exit_code, took_s)
