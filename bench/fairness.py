@@ -38,21 +38,6 @@ def as_model(bundle_dir: Path, repository: Path, name: str) -> None:
     write_manifest(dst, {**{k: v for k, v in manifest.items() if k not in ("files", "format_version")}, "name": name})
 
 
-def write_batches(path: Path, model: str, words: list[str], per_request: int) -> None:
-    """Like bench.overload.write_requests, with `per_request` words per call."""
-    import struct
-
-    from inference import grpc_service_pb2 as kpb
-
-    with path.open("wb") as f:
-        for i in range(0, len(words) - per_request, per_request):
-            req = kpb.ModelInferRequest(model_name=model)
-            req.inputs.add(name="TEXT", datatype="BYTES", shape=[per_request]).contents.bytes_contents.extend(
-                w.encode() for w in words[i:i + per_request])
-            raw = req.SerializeToString()
-            f.write(struct.pack("<I", len(raw)) + raw)
-
-
 def loadgen(binary: str, server: Server, requests: Path, seconds: float, concurrency: int) -> subprocess.Popen:
     return subprocess.Popen([binary, "--target", server.addr, "--method", METHOD, "--requests", str(requests),
                              "--seconds", str(seconds), "--deadline-ms", "30000", "--concurrency", str(concurrency)],
@@ -78,8 +63,8 @@ def measure(bundle_dir: Path, binary: str, seconds: float) -> dict:
         for name in (A, B):
             as_model(bundle_dir, tmp / "models", name)
         write_requests(tmp / "b1.bin", B, words)
-        write_batches(tmp / "a16.bin", A, words, 16)
-        write_batches(tmp / "b16.bin", B, words, 16)
+        write_requests(tmp / "a16.bin", A, words, per_request=16)
+        write_requests(tmp / "b16.bin", B, words, per_request=16)
         metrics_port = free_port()
         with Server([str(BIN / "attnserve-server"), "--model-repository", str(tmp / "models"),
                      "--default-model", A, "--metrics-port", str(metrics_port)]) as server:

@@ -44,12 +44,14 @@ TARGET = {3: 0.8, 10: 0.5}  # factor -> goodput / capacity the issue asks for
 REFUSAL_P50_TARGET_MS = 5.0
 
 
-def write_requests(path: Path, model: str, words: list[str]) -> None:
-    """Serialized single-word ModelInferRequests, each after its 4-byte little-endian length."""
+def write_requests(path: Path, model: str, words: list[str], per_request: int = 1) -> None:
+    """Serialized ModelInferRequests of `per_request` words each, each after its 4-byte little-endian
+    length: what bench/cpp/loadgen.cc sends."""
     with path.open("wb") as f:
-        for w in words:
+        for i in range(0, len(words) - per_request + 1, per_request):
             req = kpb.ModelInferRequest(model_name=model)
-            req.inputs.add(name="TEXT", datatype="BYTES", shape=[1]).contents.bytes_contents.append(w.encode())
+            req.inputs.add(name="TEXT", datatype="BYTES", shape=[per_request]).contents.bytes_contents.extend(
+                w.encode() for w in words[i:i + per_request])
             raw = req.SerializeToString()
             f.write(struct.pack("<I", len(raw)) + raw)
 
