@@ -88,7 +88,6 @@ class ModelMetrics:
                  "generated_tokens", "model_load_seconds", "decode_row_steps", "decode_row_steps_after_cancel")
 
     def __init__(self, metrics: Metrics, model: str):
-        self.model = model
         for name in self.PER_MODEL:
             setattr(self, name, getattr(metrics, name).labels(model))
         self.admission_refusals = _WithModel(metrics.admission_refusals, model)
