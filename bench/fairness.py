@@ -1,7 +1,7 @@
 """Fair sharing of the cores between models (`make bench` runs it; or `python -m bench.fairness`).
 
 Two models in one server: the bundle twice, as models A and B of a temporary repository. Each
-model has its own queue, batcher and engine thread (service/repository.py), so B's work never
+model has its own queue, batcher and engine thread (service/repository/repository.py), so B's work never
 waits in A's queue; the two engine threads share the cores through the OS scheduler and the
 process's one onnxruntime pool. Measured, with bench/cpp/loadgen.cc as the client:
 
@@ -25,7 +25,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from bench.overload import METHOD, write_requests
 from bench.run import BIN, Server, free_port
-from service.bundle import MANIFEST, load_bundle, write_manifest
+from service.engine.bundle import MANIFEST, load_bundle, write_manifest
 from training.evaluate import load_refs
 
 A, B = "model-a", "model-b"

@@ -30,7 +30,7 @@ from pathlib import Path
 
 from bench.run import BIN, Server, proc_cpu_seconds
 from inference import grpc_service_pb2 as kpb
-from service.bundle import load_bundle
+from service.engine.bundle import load_bundle
 from training.evaluate import load_refs
 
 METHOD = "/inference.GRPCInferenceService/ModelInfer"
@@ -99,7 +99,7 @@ def markdown(r: dict) -> str:
             f"{b['codes'].get('OK', 0)} OK; {', '.join(f'{k} {v}' for k, v in b['codes'].items() if k != 'OK') or '-'}"
             for b in c["bursts"].values()) + " |")
     lines += ["", f"A refused call is meant to hear so within {REFUSAL_P50_TARGET_MS:g} ms (p50). RESOURCE_EXHAUSTED comes "
-              "from admission (service/admission.py); CANCELLED from gRPC's own backlog bound, past what the "
+              "from admission (service/scheduling/admission.py); CANCELLED from gRPC's own backlog bound, past what the "
               "transport can take in (--max-pending-calls)."]
     return "\n".join(lines) + "\n"
 

@@ -22,8 +22,8 @@ from pathlib import Path
 
 
 from bench.report import write_report
-from service.bundle import load_bundle
-from service.engine import Engine, EngineConfig
+from service.engine.bundle import load_bundle
+from service.engine.engine import Engine, EngineConfig
 from training.evaluate import load_refs
 
 BIN = Path(sys.executable).parent
@@ -54,7 +54,7 @@ class Server:
         deadline = time.time() + 120
         while time.time() < deadline:
             if health:
-                ok = subprocess.run([sys.executable, "-m", "service.healthcheck", "--addr", self.addr,
+                ok = subprocess.run([sys.executable, "-m", "service.client.healthcheck", "--addr", self.addr,
                                      "--timeout-s", "1"], capture_output=True).returncode == 0
             else:
                 import socket

@@ -10,7 +10,7 @@ import os
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
-from service.engine import EngineConfig
+from service.engine.engine import EngineConfig
 
 ENV_PREFIX = "ATTNSERVE_"
 
@@ -43,7 +43,7 @@ class ServerConfig:
     max_pending_calls_hard: int = 4000
     max_pending_age_s: int = 1
     max_message_bytes: int = 16 * 1024 * 1024
-    # Transport security (see service/security.py). A cert and key turn TLS on; a client CA
+    # Transport security (see service/transport/security.py). A cert and key turn TLS on; a client CA
     # on top makes it mutual TLS (clients must present a certificate signed by that CA).
     tls_cert_file: str = ""
     tls_key_file: str = ""
@@ -102,7 +102,7 @@ class BatcherConfig:
     # on 2 cores (closed loop lost ~10%: rows wait instead of decoding), so joining at once stays the default.
     max_join_wait_ms: float = 0.0
     max_queue_size: int = 4096  # queued sources; beyond it new requests are refused (the bound on memory)
-    # The queue's bound in time (service/admission.py): a call whose expected wait, at the measured
+    # The queue's bound in time (service/scheduling/admission.py): a call whose expected wait, at the measured
     # service rate, exceeds this (or its own deadline) is refused at once. 0 = only deadlines bound it.
     max_queue_wait_ms: float = 2000.0
 
@@ -137,7 +137,7 @@ class RepositoryConfig:
 
 @dataclass(frozen=True)
 class Config:
-    # Every `<name>/<version>/` model under model_repository is served (service/repository.py);
+    # Every `<name>/<version>/` model under model_repository is served (service/repository/repository.py);
     # model_dir, when set, serves that one model (a model directory or a bundle) instead.
     model_repository: Path = Path("models")
     model_dir: Path | None = None

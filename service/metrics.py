@@ -34,7 +34,7 @@ class Metrics:
         self.queue_wait_seconds = Histogram("attnserve_queue_wait_seconds", "Time a source waits before decoding.",
                                             m, buckets=LATENCY_BUCKETS_S, registry=r)
         self.queue_depth = Gauge("attnserve_queue_depth", "Sources waiting to be batched.", m, registry=r)
-        # Refused at admission (service/admission.py), by why: the expected wait did not fit the
+        # Refused at admission (service/scheduling/admission.py), by why: the expected wait did not fit the
         # call's deadline, or max_queue_wait_ms; or the queue held max_queue_size sources.
         self.admission_refusals = Counter("attnserve_admission_refusals",
                                           "Calls refused RESOURCE_EXHAUSTED at admission, by reason.",

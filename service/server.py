@@ -20,17 +20,17 @@ from grpc_reflection.v1alpha import reflection
 from prometheus_client import start_http_server
 
 from inference import grpc_service_pb2_grpc as kserve_grpc
-from service.admin import AdminServicer, admin_handler
-from service.batcher import Batcher
-from service.bundle import BundleError
+from service.transport.admin import AdminServicer, admin_handler
+from service.scheduling.batcher import Batcher
+from service.engine.bundle import BundleError
 from service.config import Config, ServerConfig, parse_config
-from service.guard import GuardInterceptor
-from service.kserve import KServeServicer
+from service.transport.guard import GuardInterceptor
+from service.transport.kserve import KServeServicer
 from service.metrics import Metrics
-from service.repository import ModelRepository
-from service.security import (AdminClosedInterceptor, BearerTokenInterceptor, SecurityError, load_auth_token,
+from service.repository.repository import ModelRepository
+from service.transport.security import (AdminClosedInterceptor, BearerTokenInterceptor, SecurityError, load_auth_token,
                               server_credentials)
-from service.servicer import SERVICE_NAME, TransducerServicer, handler
+from service.transport.servicer import SERVICE_NAME, TransducerServicer, handler
 
 log = logging.getLogger("attnserve")
 SERVING, NOT_SERVING = health_pb2.HealthCheckResponse.SERVING, health_pb2.HealthCheckResponse.NOT_SERVING
@@ -98,7 +98,7 @@ class AttnServer:
         token = load_auth_token(cfg.server, os.environ)
         self.auth = token is not None
         self.kserve = KServeServicer(cfg.server, self.metrics, self.repository)  # Open Inference Protocol, same port
-        # The guard first: it wraps whatever handler the others return (service/guard.py). Admin calls
+        # The guard first: it wraps whatever handler the others return (service/transport/guard.py). Admin calls
         # need the token where there is one, else the operator's explicit --admin-without-token.
         interceptors = [GuardInterceptor()]
         if self.auth:

@@ -23,7 +23,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from service.bundle import MANIFEST, load_bundle, write_manifest
+from service.engine.bundle import MANIFEST, load_bundle, write_manifest
 
 VENV_BIN = Path(sys.executable).parent
 

@@ -6,9 +6,9 @@ import time
 import numpy as np
 import pytest
 
-from service.batcher import Batcher, DeadlineExpired, InvalidInput, NotReady, Overloaded
+from service.scheduling.batcher import Batcher, DeadlineExpired, InvalidInput, NotReady, Overloaded
 from service.config import BatcherConfig
-from service.engine import Decoded
+from service.engine.engine import Decoded
 from service.metrics import Metrics
 
 
@@ -191,8 +191,8 @@ def test_config_errors_name_the_field():
 
 # --- continuous (step-level) batching -------------------------------------------------------
 
-from service.batcher import ContinuousBatcher  # noqa: E402
-from service.engine import DecodeOptions, EngineConfig, Running  # noqa: E402
+from service.scheduling.batcher import ContinuousBatcher  # noqa: E402
+from service.engine.engine import DecodeOptions, EngineConfig, Running  # noqa: E402
 
 EOS = 2
 

@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 import torch
 
-from service.beam import beam_search
-from service.bundle import load_bundle, write_manifest
-from service.engine import DecodeOptions, Engine, EngineConfig
+from service.engine.beam import beam_search
+from service.engine.bundle import load_bundle, write_manifest
+from service.engine.engine import DecodeOptions, Engine, EngineConfig
 from training.data import Vocab
 from training.export import export_graphs
 from training.model import ModelConfig, Seq2Seq

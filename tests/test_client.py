@@ -14,7 +14,7 @@ import pytest
 from rich.console import Console
 
 from attnserve.v1 import attnserve_pb2, attnserve_pb2_grpc
-from service import client
+from service.client import client
 
 WEIGHTS = [[0.9, 0.1], [0.2, 0.8], [0.3, 0.7]]
 
@@ -88,7 +88,7 @@ def test_write_png(tmp_path):
 
 
 def test_client_imports_neither_torch_nor_matplotlib():
-    code = "import sys, service.client; assert not {'torch', 'matplotlib'} & set(sys.modules), sys.modules.keys()"
+    code = "import sys, service.client.client; assert not {'torch', 'matplotlib'} & set(sys.modules), sys.modules.keys()"
     subprocess.run([sys.executable, "-c", code], check=True)
 
 

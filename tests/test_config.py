@@ -4,7 +4,7 @@ from pathlib import Path
 import pytest
 
 from service.config import ServerConfig, parse_config
-from service.engine import EngineConfig
+from service.engine.engine import EngineConfig
 
 
 def test_defaults_work():

@@ -149,7 +149,7 @@ def test_dockerfile_is_multi_stage_pinned_non_root_with_healthcheck():
     exposed = {p for i, a in final if i == "EXPOSE" for p in a.split()}
     assert {str(GRPC_PORT), str(METRICS_PORT)} <= exposed
     healthchecks = [a for i, a in final if i == "HEALTHCHECK"]
-    assert len(healthchecks) == 1 and "service.healthcheck" in healthchecks[0]
+    assert len(healthchecks) == 1 and "service.client.healthcheck" in healthchecks[0]
     entry = [a for i, a in final if i == "ENTRYPOINT"]
     assert entry and json.loads(entry[-1])[0] == "attnserve-server"
     assert any(i == "COPY" and "--from=builder" in a and "/opt/venv" in a for i, a in final)
@@ -201,7 +201,7 @@ def test_compose_wiring():
     app = services["attnserve"]
     assert app["build"] == {"context": ".", "dockerfile": "deploy/Dockerfile"}
     assert {f"{GRPC_PORT}:{GRPC_PORT}", f"{METRICS_PORT}:{METRICS_PORT}"} <= set(app["ports"])
-    assert "service.healthcheck" in app["healthcheck"]["test"]
+    assert "service.client.healthcheck" in app["healthcheck"]["test"]
     assert app.get("restart")
     env = app["environment"]
     grace = float(env["ATTNSERVE_LAME_DUCK_S"]) + float(env["ATTNSERVE_GRACE_PERIOD_S"])

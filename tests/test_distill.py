@@ -2,8 +2,8 @@
 import pytest
 import torch
 
-from service.bundle import load_bundle
-from service.engine import Engine, EngineConfig
+from service.engine.bundle import load_bundle
+from service.engine.engine import Engine, EngineConfig
 from training import distill, train
 from training.data import split_of
 

@@ -5,9 +5,9 @@ import os
 import numpy as np
 import pytest
 
-import service.engine
-from service.bundle import load_bundle
-from service.engine import Engine, EngineConfig
+import service.engine.engine
+from service.engine.bundle import load_bundle
+from service.engine.engine import Engine, EngineConfig
 
 
 @pytest.fixture(params=["onnx", "python"])
@@ -81,8 +81,8 @@ def test_engines_share_the_process_onnxruntime_thread_pool(tiny_bundle, caplog):
     for e in engines:
         e.decode([list("cat"), list("internationalization")])
     assert len(os.listdir("/proc/self/task")) == before  # 9 more sessions, no more threads
-    with caplog.at_level(logging.WARNING, logger="service.engine"):
-        make_engine(tiny_bundle, intra_op_threads=service.engine._process_pool_threads + 1)
+    with caplog.at_level(logging.WARNING, logger="service.engine.engine"):
+        make_engine(tiny_bundle, intra_op_threads=service.engine.engine._process_pool_threads + 1)
     assert "ignored" in caplog.text  # the pool cannot be resized; saying so beats a silent no-op
 
 

@@ -7,10 +7,10 @@ import pytest
 import torch
 
 from attnserve.v1 import attnserve_pb2 as pb, attnserve_pb2_grpc as pbg
-from service.beam import beam_search
-from service.bundle import load_bundle
+from service.engine.beam import beam_search
+from service.engine.bundle import load_bundle
 from service.config import BatcherConfig, Config, ServerConfig
-from service.engine import DecodeOptions, Engine, EngineConfig
+from service.engine.engine import DecodeOptions, Engine, EngineConfig
 from tests.live import serving
 from training import train
 from training.data import BOS_ID, Vocab

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from service.bundle import BundleError, load_bundle
-from service.engine import Engine, EngineConfig
+from service.engine.bundle import BundleError, load_bundle
+from service.engine.engine import Engine, EngineConfig
 from training.data import Vocab
 from training.export import export_graphs, load_checkpoint, parity
 from training.model import ModelConfig, Seq2Seq
@@ -48,7 +48,7 @@ def test_every_variant_exports_with_parity(tmp_path, cell, attention, bidirectio
                       dropout=0.0)
     model = Seq2Seq(cfg).eval()
     export_graphs(model, tmp_path)
-    from service.bundle import write_manifest
+    from service.engine.bundle import write_manifest
 
     write_manifest(tmp_path, {
         "name": "v", "version": "1", "graphs": {"encoder": "encoder.onnx", "decoder_step": "decoder_step.onnx"},

@@ -15,10 +15,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from attnserve.v1 import attnserve_pb2 as pb
-from service.bundle import load_bundle
+from service.engine.bundle import load_bundle
 from service.config import BatcherConfig, Config, ServerConfig
-from service.engine import EngineConfig
-from service.servicer import SERVICE_NAME
+from service.engine.engine import EngineConfig
+from service.transport.servicer import SERVICE_NAME
 from tests.live import ThreadServer
 
 MAX_INPUTS, MAX_INPUT_LEN, MAX_OUTPUT_LEN = 8, 20, 12

@@ -19,7 +19,7 @@ import pytest_asyncio
 
 from attnserve.v1 import attnserve_pb2 as pb, attnserve_pb2_grpc as pbg
 from inference import grpc_service_pb2 as kpb, grpc_service_pb2_grpc as kpbg
-from service.kserve import KSERVE_SERVICE_NAME, OUTPUTS
+from service.transport.kserve import KSERVE_SERVICE_NAME, OUTPUTS
 from service.server import build_server
 from tests import triton_calls
 from tests.live import serving

@@ -18,7 +18,7 @@ def test_no_torch_import_under_service():
 def test_serving_modules_import_with_torch_blocked():
     # sys.modules["torch"] = None makes any `import torch` raise ImportError.
     code = ("import sys; sys.modules['torch'] = None\n"
-            "import service.server, service.client, service.healthcheck, service.engine\n"
+            "import service.server, service.client.client, service.client.healthcheck, service.engine.engine\n"
             "print('ok')")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr

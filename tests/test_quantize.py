@@ -4,8 +4,8 @@ import shutil
 import numpy as np
 import pytest
 
-from service.bundle import BundleError, load_bundle
-from service.engine import Engine, EngineConfig
+from service.engine.bundle import BundleError, load_bundle
+from service.engine.engine import Engine, EngineConfig
 from training.quantize import quantize_bundle
 
 

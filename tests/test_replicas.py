@@ -1,4 +1,4 @@
-"""Two real server processes behind one client channel (service/balancing.py's service config):
+"""Two real server processes behind one client channel (service/client/balancing.py's service config):
 both take a share of the load, then one gets SIGTERM mid-load and the client loses no call."""
 import asyncio
 import signal
@@ -9,7 +9,7 @@ import grpc
 from prometheus_client.parser import text_string_to_metric_families
 
 from attnserve.v1 import attnserve_pb2 as pb, attnserve_pb2_grpc as pbg
-from service.balancing import channel_options
+from service.client.balancing import channel_options
 from service.config import Config, ServerConfig
 from tests.conftest import free_port
 from tests.live import serving, spawn_server, terminate, wait_serving

@@ -1,4 +1,4 @@
-"""Several models in one server (service/repository.py): routing by name, a default, a broken model
+"""Several models in one server (service/repository/repository.py): routing by name, a default, a broken model
 beside good ones, per-model health, readiness and metrics, and one model reloaded while another
 is under load."""
 import asyncio

@@ -8,9 +8,9 @@ import pytest_asyncio
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from attnserve.v1 import attnserve_pb2 as pb, attnserve_pb2_grpc as pbg
-from service import client
+from service.client import client
 from service.config import Config, ServerConfig
-from service.security import TOKEN_ENV, SecurityError, channel_credentials, load_auth_token
+from service.transport.security import TOKEN_ENV, SecurityError, channel_credentials, load_auth_token
 from service.server import build_server
 from tests.live import make_pki, start_loaded
 
@@ -82,7 +82,7 @@ async def test_tls_serves_clients_that_trust_its_ca_only(tls_server, pki):
 
 
 async def test_healthcheck_cli_speaks_tls(tls_server, pki):
-    from service import healthcheck
+    from service.client import healthcheck
 
     address = f"127.0.0.1:{tls_server.port}"
     assert await asyncio.to_thread(healthcheck.main, ["--addr", address, "--tls-ca-file", pki.ca]) == 0
@@ -171,7 +171,7 @@ def test_unusable_pem_files_stop_the_server_with_their_names(pki, token_file, ti
 async def test_admin_calls_are_closed_unless_a_token_or_the_flag_opens_them(tiny_bundle, token_server):
     """Every admin method (security.ADMIN_METHODS): PERMISSION_DENIED on a server with neither a token nor
     --admin-without-token; with a token, the token opens them; the flag opens them on a trusted network."""
-    from service.security import ADMIN_METHODS
+    from service.transport.security import ADMIN_METHODS
 
     async def codes(address, metadata=None) -> dict[str, tuple[grpc.StatusCode, str]]:
         out = {}

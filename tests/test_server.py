@@ -11,10 +11,10 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from prometheus_client.parser import text_string_to_metric_families
 
 from attnserve.v1 import attnserve_pb2 as pb, attnserve_pb2_grpc as pbg
-from service.bundle import BundleError
+from service.engine.bundle import BundleError
 from service.config import BatcherConfig, Config, ServerConfig
 from service.server import build_server
-from service.servicer import SERVICE_NAME
+from service.transport.servicer import SERVICE_NAME
 from tests.live import serving
 
 SERVING = health_pb2.HealthCheckResponse.SERVING
@@ -147,7 +147,7 @@ async def test_request_metrics_by_rpc_model_and_code(server, stub):
 
 async def test_inflight_gauge_counts_requests_being_handled():
     from service.metrics import Metrics
-    from service.servicer import Served, observe
+    from service.transport.servicer import Served, observe
 
     metrics = Metrics()
     inflight = lambda: metrics.registry.get_sample_value("attnserve_inflight_requests")  # noqa: E731
@@ -208,7 +208,7 @@ async def test_health_goes_not_serving_to_serving_to_not_serving(tiny_bundle):
 
 
 async def test_a_bundle_with_bad_hashes_is_refused(tiny_bundle, tmp_path):
-    from service.bundle import load_bundle
+    from service.engine.bundle import load_bundle
 
     bad = tmp_path / "tiny" / "1"
     shutil.copytree(load_bundle(tiny_bundle).path, bad)
@@ -274,7 +274,7 @@ async def test_evaluation_through_the_server_matches_the_manifest(server, capsys
     """`attnserve-eval --server` scores the served model; greedy serving equals the export's ONNX run."""
     import json as _json
 
-    from service.bundle import load_bundle
+    from service.engine.bundle import load_bundle
     from training import evaluate
 
     addr = f"127.0.0.1:{server.port}"

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from service.bundle import load_bundle
+from service.engine.bundle import load_bundle
 from tests.conftest import SHIPPED_MODEL, free_port
 
 BIN = Path(sys.executable).parent
@@ -33,7 +33,7 @@ def served():
     addr = f"127.0.0.1:{port}"
     deadline = time.time() + 90
     while time.time() < deadline:
-        check = subprocess.run([sys.executable, "-m", "service.healthcheck", "--addr", addr, "--timeout-s", "1"],
+        check = subprocess.run([sys.executable, "-m", "service.client.healthcheck", "--addr", addr, "--timeout-s", "1"],
                                capture_output=True, text=True)
         if check.returncode == 0:
             break

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 from attnserve.v1 import attnserve_pb2 as pb, attnserve_pb2_grpc as pbg
-from service.bundle import load_bundle
+from service.engine.bundle import load_bundle
 from service.config import BatcherConfig, Config, ServerConfig
-from service.engine import Engine, EngineConfig
+from service.engine.engine import Engine, EngineConfig
 from service.server import build_server
 from training import train
 from training.export import build_bundle, parity_ok
@@ -121,8 +121,8 @@ async def test_variant_trains_exports_with_parity_and_serves(name, small_corpus,
 
 
 def test_api_edge_attention_modes_and_models_without_attention():
-    from service import convert
-    from service.engine import Decoded
+    from service.transport import convert
+    from service.engine.engine import Decoded
 
     limits = ServerConfig()
     raw = request(attention_mode=pb.ATTENTION_MODE_TOP_K, top_k=3).SerializeToString()

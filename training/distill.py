@@ -39,8 +39,8 @@ def load_train_targets(path: Path, src_tokens: str, tgt_tokens: str) -> tuple[li
 def teacher_targets(bundle_path: str, beam_size: int, precision: str) -> tuple[list[str], int]:
     """TSV lines `source<TAB>teacher output` for every training source of the bundle's corpus;
     sources the teacher maps to nothing are left out (their count is returned)."""
-    from service.bundle import load_bundle
-    from service.engine import DecodeOptions, Engine, EngineConfig
+    from service.engine.bundle import load_bundle
+    from service.engine.engine import DecodeOptions, Engine, EngineConfig
 
     bundle = load_bundle(bundle_path)
     data = bundle.manifest["data"]

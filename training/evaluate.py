@@ -48,8 +48,8 @@ def hyps_from_server(addr: str, sources: list, src_tokens: str, batch: int, time
 def engine_hyps(engine, sources, options=None, batch_size: int = 256) -> dict[tuple[str, ...], list[str]]:
     """The best output of every source through the ONNX engine, in-process, in batches sorted by
     length: the one in-process evaluation loop (export, quantize, report and --bundle use it)."""
-    from service.beam import beam_search
-    from service.engine import DecodeOptions
+    from service.engine.beam import beam_search
+    from service.engine.engine import DecodeOptions
 
     options = options or DecodeOptions()
     hyps = {}
@@ -72,8 +72,8 @@ def evaluate_engine(engine, refs: dict, options=None) -> dict:
 
 
 def hyps_from_bundle(path: str, sources: list, batch: int, beam_size: int, alpha: float, precision: str):
-    from service.bundle import load_bundle
-    from service.engine import DecodeOptions, Engine, EngineConfig
+    from service.engine.bundle import load_bundle
+    from service.engine.engine import DecodeOptions, Engine, EngineConfig
 
     engine = Engine(load_bundle(path), EngineConfig(intra_op_threads=0, precision=precision))
     return engine_hyps(engine, sources, DecodeOptions(beam_size=beam_size, length_penalty_alpha=alpha), batch)
@@ -81,7 +81,7 @@ def hyps_from_bundle(path: str, sources: list, batch: int, beam_size: int, alpha
 
 def manifest_of(args) -> dict:
     if args.bundle:
-        from service.bundle import load_bundle
+        from service.engine.bundle import load_bundle
 
         return load_bundle(args.bundle).manifest
     import grpc

@@ -6,7 +6,7 @@ Two graphs, an encoder and one decoder step, are what the server drives: it owns
 the step loop, so sequences can join and leave a running batch between steps
 (continuous batching) and beam search reorders rows between steps. For request-level
 greedy decoding in one call the engine wraps the step graph in an ONNX Loop when it
-loads (service/loop_graph.py). Parity with PyTorch is checked through both paths.
+loads (service/engine/loop_graph.py). Parity with PyTorch is checked through both paths.
 
 The legacy TorchScript exporter is used (dynamo=False): on torch 2.13 the dynamo
 exporter can freeze the time axis of RNN layers, and the tests check that batch
@@ -205,8 +205,8 @@ def build_bundle(checkpoint: Path | list[Path], out: Path, name: str, version: s
     import onnx
     import onnxruntime
 
-    from service.bundle import load_bundle, write_manifest
-    from service.engine import Engine, EngineConfig
+    from service.engine.bundle import load_bundle, write_manifest
+    from service.engine.engine import Engine, EngineConfig
 
     model, ckpt = load_models(checkpoint if isinstance(checkpoint, list) else [checkpoint])
     data = ckpt["data"]

@@ -19,8 +19,8 @@ from pathlib import Path
 import onnx
 from onnxruntime.quantization import QuantType, quantize_dynamic
 
-from service.bundle import load_bundle, write_manifest
-from service.engine import Engine, EngineConfig
+from service.engine.bundle import load_bundle, write_manifest
+from service.engine.engine import Engine, EngineConfig
 from training.evaluate import evaluate_engine, load_refs
 
 QUANTIZED_OPS = ["MatMul", "Gemm", "LSTM"]

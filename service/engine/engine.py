@@ -2,7 +2,7 @@
 
 Synchronous and free of any transport. Two ways in: `decode()` greedy-decodes
 a whole batch to the end (request-level batching), by default in one call to an
-ONNX Loop built around the decoder step (service/loop_graph.py), while `encode()`
+ONNX Loop built around the decoder step (service/engine/loop_graph.py), while `encode()`
 and `step()` let a scheduler add and remove rows between steps (continuous batching).
 
 What a bundle can do is read from its graphs, not assumed: a model without attention
@@ -21,8 +21,8 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
-from service.bundle import Bundle
-from service.loop_graph import build_greedy_loop
+from service.engine.bundle import Bundle
+from service.engine.loop_graph import build_greedy_loop
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +39,7 @@ class EngineConfig:
     max_output_len: int = 40  # hard cap on decoder steps per sequence
     precision: str = "fp32"  # fp32 | int8 (the bundle's dynamically quantized graphs, `make quantize`)
     # How decode() (request-level batching) runs greedy steps: "onnx" in one call to an ONNX Loop
-    # around the decoder-step graph (service/loop_graph.py), "python" one call per step.
+    # around the decoder-step graph (service/engine/loop_graph.py), "python" one call per step.
     greedy_loop: str = "onnx"
 
     def __post_init__(self):

@@ -25,12 +25,12 @@ from importlib.metadata import PackageNotFoundError, version
 import numpy as np
 
 from inference import grpc_service_pb2 as pb
-from service.bundle import Bundle
-from service.repository import UnknownModel
+from service.engine.bundle import Bundle
+from service.repository.repository import UnknownModel
 from service.config import ServerConfig
-from service.convert import BadRequest, check_version, has_attention
-from service.engine import Decoded, DecodeOptions
-from service.servicer import ModelServicer, Served, deadline_of, observe
+from service.transport.convert import BadRequest, check_version, has_attention
+from service.engine.engine import Decoded, DecodeOptions
+from service.transport.servicer import ModelServicer, Served, deadline_of, observe
 
 KSERVE_SERVICE_NAME = "inference.GRPCInferenceService"
 INPUT = "TEXT"

@@ -12,8 +12,8 @@ from google.protobuf.message import DecodeError
 
 from attnserve.v1 import attnserve_pb2 as pb
 from service.config import ServerConfig
-from service.engine import Decoded, DecodeOptions
-from service.repository import UnknownModel
+from service.engine.engine import Decoded, DecodeOptions
+from service.repository.repository import UnknownModel
 
 EOS_LABEL = "</s>"
 ATTENTION_MODE_OF = {pb.ATTENTION_MODE_SOFT: "soft", pb.ATTENTION_MODE_HARD: "hard", pb.ATTENTION_MODE_TOP_K: "topk"}

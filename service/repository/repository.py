@@ -5,7 +5,7 @@
       g2p-en-stress/1/ ...
 
 A model's name is its directory's name (its manifest must agree). Each model has its own
-ModelManager (service/models.py): its own version state, hot reload, queue, batcher and
+ModelManager (service/repository/models.py): its own version state, hot reload, queue, batcher and
 limits; all of them share the process's one onnxruntime thread pool. A model that fails to
 load is recorded with its reason and logged, and never stops the others from serving.
 `--model-dir DIR` is the one-model shorthand: DIR is a model directory or a single bundle.
@@ -20,11 +20,11 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-from service.batcher import Batcher, NotReady
-from service.bundle import MANIFEST, Bundle, BundleError, is_version
+from service.scheduling.batcher import Batcher, NotReady
+from service.engine.bundle import MANIFEST, Bundle, BundleError, is_version
 from service.config import Config
 from service.metrics import Metrics
-from service.models import ModelManager
+from service.repository.models import ModelManager
 from service.tasks import cancel_and_wait
 
 log = logging.getLogger("attnserve")

@@ -23,9 +23,9 @@ from rich.table import Table
 from rich.text import Text
 
 from attnserve.v1 import attnserve_pb2, attnserve_pb2_grpc
-from service.heatmap import attention_matrix, render_heatmap, result_to_dict, write_png  # noqa: F401 (API)
-from service.balancing import channel_options
-from service.security import channel_credentials
+from service.client.heatmap import attention_matrix, render_heatmap, result_to_dict, write_png  # noqa: F401 (API)
+from service.client.balancing import channel_options
+from service.transport.security import channel_credentials
 
 DEFAULT_SERVER = "localhost:50051"
 # Bulk conversion: inputs per Transduce call, and calls in flight at once (the server
@@ -222,7 +222,7 @@ def open_channel(args) -> grpc.Channel:
     """The one place the CLI makes its channel."""
     creds = channel_credentials(args.tls_ca_file, args.tls_cert_file, args.tls_key_file, args.token)
     # Round robin over every address the target resolves to, with health checks and retries on
-    # UNAVAILABLE (service/balancing.py): `--server dns:///attnserve-headless...:50051` spreads calls.
+    # UNAVAILABLE (service/client/balancing.py): `--server dns:///attnserve-headless...:50051` spreads calls.
     options = channel_options()
     if creds is None:
         return grpc.insecure_channel(args.server, options=options)

@@ -3,18 +3,18 @@
 Registered as its own generic handler beside the Transducer's data-plane methods, so
 the admin surface stays in one small place. It can only choose a version directory
 inside the model's directory, never a path. Triton's RepositoryModelLoad/Unload
-(service/kserve.py) follow the same rule. Who may call it is the security layer's to decide
-(service/security.py: the bearer token, or AdminClosedInterceptor).
+(service/transport/kserve.py) follow the same rule. Who may call it is the security layer's to decide
+(service/transport/security.py: the bearer token, or AdminClosedInterceptor).
 """
 from __future__ import annotations
 
 import grpc
 
 from attnserve.v1 import attnserve_pb2 as pb
-from service import convert
+from service.transport import convert
 from service.metrics import Metrics
-from service.repository import ModelRepository
-from service.servicer import SERVICE_NAME, Served, observe
+from service.repository.repository import ModelRepository
+from service.transport.servicer import SERVICE_NAME, Served, observe
 
 
 class AdminServicer:

@@ -24,10 +24,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from service.admission import ServiceRate, refusal
+from service.scheduling.admission import ServiceRate, refusal
 from service.config import BatcherConfig
-from service.beam import beam_search
-from service.engine import GREEDY, Decoded, DecodeOptions, Engine, Running
+from service.engine.beam import beam_search
+from service.engine.engine import GREEDY, Decoded, DecodeOptions, Engine, Running
 from service.metrics import ModelMetrics
 from service.tasks import cancel_and_wait
 
@@ -66,7 +66,7 @@ class Batcher:
         self._arrived = asyncio.Event()
         self._task: asyncio.Task | None = None
         self._pending: set[asyncio.Future] = set()  # futures of admitted sources not yet resolved (drain)
-        # What admission estimates waits from (service/admission.py): "under load" is a half-full batch.
+        # What admission estimates waits from (service/scheduling/admission.py): "under load" is a half-full batch.
         self.rate = ServiceRate(loaded_rows=max(1, cfg.max_batch_size // 2))
         self._in_service = 0  # continuous mode: rows decoding now
         self._last_end_s = 0.0  # request mode: when the last batch finished

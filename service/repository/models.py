@@ -9,7 +9,7 @@ it stops. A bundle that fails verification or will not load is refused and the
 current version keeps serving.
 
 Knows nothing of gRPC: the servicers find the current batcher and bundle through the
-repository (service/repository.py), which holds one ModelManager per model.
+repository (service/repository/repository.py), which holds one ModelManager per model.
 """
 from __future__ import annotations
 
@@ -18,10 +18,10 @@ import logging
 import time
 from pathlib import Path
 
-from service.batcher import Batcher, make_batcher
-from service.bundle import MANIFEST, Bundle, BundleError, load_bundle, resolve
+from service.scheduling.batcher import Batcher, make_batcher
+from service.engine.bundle import MANIFEST, Bundle, BundleError, load_bundle, resolve
 from service.config import Config
-from service.engine import Engine, EngineConfig
+from service.engine.engine import Engine, EngineConfig
 from service.metrics import ModelMetrics
 from service.tasks import cancel_and_wait
 

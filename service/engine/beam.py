@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from service.engine import Decoded, DecodeOptions, Engine
+from service.engine.engine import Decoded, DecodeOptions, Engine
 
 NEG_INF = -np.inf
 

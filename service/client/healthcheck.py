@@ -1,6 +1,6 @@
 """Exit 0 when the server's gRPC health service says SERVING (for container HEALTHCHECKs).
 
-    python -m service.healthcheck --addr localhost:50051 [--service attnserve.v1.Transducer]
+    python -m service.client.healthcheck --addr localhost:50051 [--service attnserve.v1.Transducer]
         [--tls-ca-file ca.pem [--tls-cert-file client.pem --tls-key-file client.key]]
 
 Health needs no bearer token; a TLS server needs the TLS flags (a client certificate for mutual TLS).
@@ -13,7 +13,7 @@ import sys
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from service.security import channel_credentials
+from service.transport.security import channel_credentials
 
 
 def main(argv: list[str] | None = None) -> int:

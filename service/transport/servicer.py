@@ -13,13 +13,13 @@ from dataclasses import dataclass
 import grpc
 
 from attnserve.v1 import attnserve_pb2 as pb
-from service import convert
-from service.batcher import Batcher, DeadlineExpired, InvalidInput, NotReady, Overloaded
-from service.bundle import Bundle, BundleError, VersionNotFound
+from service.transport import convert
+from service.scheduling.batcher import Batcher, DeadlineExpired, InvalidInput, NotReady, Overloaded
+from service.engine.bundle import Bundle, BundleError, VersionNotFound
 from service.config import ServerConfig
-from service.guard import internal_error
+from service.transport.guard import internal_error
 from service.metrics import Metrics
-from service.repository import ModelRepository, versions_on_disk
+from service.repository.repository import ModelRepository, versions_on_disk
 
 SERVICE_NAME = "attnserve.v1.Transducer"
 log = logging.getLogger("attnserve")
@@ -173,7 +173,7 @@ class TransducerServicer(ModelServicer):
 
     async def _transduce(self, raw: bytes, deadline_s: float | None, served: Served) -> pb.TransduceResponse:
         call = convert.parse_transduce(raw, self.limits)
-        # No await between picking the batcher and enqueuing on it: a hot reload (service/models.py)
+        # No await between picking the batcher and enqueuing on it: a hot reload (service/repository/models.py)
         # swaps batchers between two event-loop steps, so each call lands wholly on one version.
         batcher, bundle = self._ready(call.model_name, served)
         convert.check_version(call.model_version, bundle.name, bundle.version)

@@ -8,7 +8,7 @@ on Kubernetes, or `ipv4:127.0.0.1:50051,127.0.0.1:50052`), the service config be
 - retry a call that failed UNAVAILABLE (a replica that stopped, a connection closed by GOAWAY)
   on another replica, with backoff. Only UNAVAILABLE: the server answered nothing, so a retry
   cannot run a request twice. Never RESOURCE_EXHAUSTED: an overloaded server said so at once
-  (service/admission.py), and retrying would only add load;
+  (service/scheduling/admission.py), and retrying would only add load;
 - throttle retries when most calls fail (`retryThrottling`, gRPC's form of the SRE book's
   client-side adaptive throttling): retries stop while failures outnumber successes.
 The server's maximum connection age (`--max-connection-age-s`) closes connections now and then,
