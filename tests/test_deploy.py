@@ -113,7 +113,8 @@ def _server_env_names() -> set[str]:
     from dataclasses import fields
 
     from service.config import ENV_PREFIX, SECTIONS
-    return {ENV_PREFIX + "MODEL_DIR"} | {ENV_PREFIX + f.name.upper() for cls in SECTIONS.values() for f in fields(cls)}
+    top = {ENV_PREFIX + name for name in ("MODEL_DIR", "MODEL_REPOSITORY", "DEFAULT_MODEL")}
+    return top | {ENV_PREFIX + f.name.upper() for cls in SECTIONS.values() for f in fields(cls)}
 
 
 def _check_server_env(env: dict[str, str], where: str) -> None:
@@ -165,7 +166,7 @@ def test_dockerfile_env_is_understood_by_the_server():
     for word, args in _dockerfile_instructions():
         if word == "ENV":
             env.update(dict(m.groups() for m in re.finditer(r"(\w+)=(\S+)", args)))
-    assert env.get("ATTNSERVE_MODEL_DIR") == "/models/g2p-en"
+    assert env.get("ATTNSERVE_MODEL_REPOSITORY") == "/models"
     _check_server_env(env, "Dockerfile ENV")
 
 
