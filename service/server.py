@@ -17,7 +17,6 @@ import sys
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
-from prometheus_client import start_http_server
 
 from inference import grpc_service_pb2_grpc as kserve_grpc
 from service.transport.admin import AdminServicer, admin_handler
@@ -25,6 +24,7 @@ from service.scheduling.batcher import Batcher
 from service.engine.bundle import BundleError
 from service.config import Config, ServerConfig, parse_config
 from service.transport.guard import GuardInterceptor
+from service.transport.http import HttpFront
 from service.transport.kserve import KServeServicer
 from service.metrics import Metrics
 from service.repository.repository import ModelRepository
@@ -93,10 +93,11 @@ class AttnServer:
         self.health = HealthServicer()
         self.port = 0
         self.metrics_port = -1
-        self._metrics_http = None
         self._credentials = server_credentials(cfg.server)
         token = load_auth_token(cfg.server, os.environ)
         self.auth = token is not None
+        # REST, /metrics and the page on one HTTP port (service/transport/http.py)
+        self.http = HttpFront(cfg.server, self.metrics, self.repository, token)
         self.kserve = KServeServicer(cfg.server, self.metrics, self.repository)  # Open Inference Protocol, same port
         # The guard first: it wraps whatever handler the others return (service/transport/guard.py). Admin calls
         # need the token where there is one, else the operator's explicit --admin-without-token.
@@ -124,9 +125,8 @@ class AttnServer:
             self.port = self.grpc.add_secure_port(address, self._credentials)
         await self.grpc.start()
         if self.cfg.server.metrics_port >= 0:
-            self._metrics_http, _ = start_http_server(self.cfg.server.metrics_port, addr=self.cfg.server.host,
-                                                      registry=self.metrics.registry)
-            self.metrics_port = self._metrics_http.server_port
+            await self.http.start(self.cfg.server.host, self.cfg.server.metrics_port)
+            self.metrics_port = self.http.port
 
     @property
     def batcher(self) -> Batcher | None:
@@ -157,6 +157,7 @@ class AttnServer:
         """Say NOT_SERVING but go on serving for lame_duck_s (or until cut_short is set), so that
         calls already on their way are taken and traffic moves elsewhere before stop()."""
         await self.health.enter_graceful_shutdown()
+        self.http.draining = True
         try:
             await asyncio.wait_for((cut_short or asyncio.Event()).wait(), self.cfg.server.lame_duck_s)
         except TimeoutError:
@@ -165,11 +166,11 @@ class AttnServer:
     async def stop(self, grace_s: float | None = None) -> None:
         """NOT_SERVING, refuse new calls, let in-flight calls finish within the grace period."""
         await self.health.enter_graceful_shutdown()
-        await self.grpc.stop(self.cfg.server.grace_period_s if grace_s is None else grace_s)
+        self.http.draining = True
+        # Both ports drain at once; the models stop only once neither has a call left for them.
+        await asyncio.gather(self.grpc.stop(self.cfg.server.grace_period_s if grace_s is None else grace_s),
+                             self.http.stop())
         await self.repository.stop()
-        if self._metrics_http is not None:
-            self._metrics_http.shutdown()
-            self._metrics_http.server_close()
 
 
 def build_server(cfg: Config, metrics: Metrics | None = None) -> AttnServer:

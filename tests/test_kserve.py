@@ -19,7 +19,8 @@ import pytest_asyncio
 
 from attnserve.v1 import attnserve_pb2 as pb, attnserve_pb2_grpc as pbg
 from inference import grpc_service_pb2 as kpb, grpc_service_pb2_grpc as kpbg
-from service.transport.kserve import KSERVE_SERVICE_NAME, OUTPUTS
+from service.transport.kserve import KSERVE_SERVICE_NAME
+from service.transport.oip import OUTPUTS
 from service.server import build_server
 from tests import triton_calls
 from tests.live import serving
@@ -183,7 +184,7 @@ async def test_metrics_reflection_and_not_ready(server, channel, tiny_bundle):
     await stub.ModelInfer(_request())
     with pytest.raises(grpc.aio.AioRpcError):
         await stub.ModelInfer(_request(texts=[b""]))
-    samples = metric_samples(server, "attnserve_requests")
+    samples = await metric_samples(server, "attnserve_requests")
     assert samples[("attnserve_requests_total", (("code", "OK"), ("model", "tiny"), ("rpc", "ModelInfer")))] >= 1
     assert samples[("attnserve_requests_total", (("code", "INVALID_ARGUMENT"), ("model", "tiny"), ("rpc", "ModelInfer")))] >= 1
 

@@ -77,7 +77,7 @@ def label_names_used(expr: str) -> dict[str, set[str]]:
 async def test_dashboard_metrics_and_labels_exist_on_a_live_metrics_endpoint(server):
     await transduce(server, ["attention", "knight", "a"])  # so that labelled series and histograms exist
     labels_of: dict[str, set[str]] = {}
-    for family in text_string_to_metric_families(scrape(server)):
+    for family in text_string_to_metric_families(await asyncio.to_thread(scrape, server)):
         for sample in family.samples:
             labels_of.setdefault(sample.name, set()).update(sample.labels)
 

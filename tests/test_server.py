@@ -40,8 +40,10 @@ async def stub(server):
         yield pbg.TransducerStub(channel)
 
 
-def metric_samples(server, name):
-    text = urllib.request.urlopen(f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=5).read().decode()
+async def metric_samples(server, name):
+    # in a thread: the server's HTTP port is served by this very event loop
+    url = f"http://127.0.0.1:{server.metrics_port}/metrics"
+    text = (await asyncio.to_thread(lambda: urllib.request.urlopen(url, timeout=5).read())).decode()
     return {(s.name, tuple(sorted(s.labels.items()))): s.value
             for fam in text_string_to_metric_families(text) for s in fam.samples if s.name.startswith(name)}
 
@@ -70,17 +72,17 @@ async def test_attention_can_be_left_out_and_output_length_capped(stub):
 
 
 async def test_concurrent_callers_are_batched(server, stub):
-    before = metric_samples(server, "attnserve_batch_size")
+    before = await metric_samples(server, "attnserve_batch_size")
     words = [f"word{chr(97 + i % 26)}" for i in range(48)]
     replies = await asyncio.gather(*(stub.Transduce(pb.TransduceRequest(inputs=[w])) for w in words))
     assert all(len(r.results) == 1 for r in replies)
-    after = metric_samples(server, "attnserve_batch_size")
+    after = await metric_samples(server, "attnserve_batch_size")
     # One observation per engine batch (request mode) or per decoder step (continuous mode).
     tiny = (("model", "tiny"),)  # per-model metrics carry the repository's name for the model
     batches = after[("attnserve_batch_size_count", tiny)] - before.get(("attnserve_batch_size_count", tiny), 0)
     rows = after[("attnserve_batch_size_sum", tiny)] - before.get(("attnserve_batch_size_sum", tiny), 0)
     assert rows / batches > 1, "concurrent requests should share batches"
-    assert metric_samples(server, "attnserve_inputs_total")[("attnserve_inputs_total", tiny)] >= 48
+    assert (await metric_samples(server, "attnserve_inputs_total"))[("attnserve_inputs_total", tiny)] >= 48
 
 
 @pytest.mark.parametrize("request_,message", [
@@ -132,7 +134,7 @@ async def test_request_metrics_by_rpc_model_and_code(server, stub):
     with pytest.raises(grpc.aio.AioRpcError):
         await stub.Transduce(pb.TransduceRequest(inputs=["a"], model_name="nope"))
     await stub.Transduce(pb.TransduceRequest(inputs=["ok"]))
-    samples = metric_samples(server, "attnserve_request")
+    samples = await metric_samples(server, "attnserve_request")
     labels = lambda code, model="tiny": (("code", code), ("model", model), ("rpc", "Transduce"))  # noqa: E731
     assert samples[("attnserve_requests_total", labels("OK"))] >= 1
     assert samples[("attnserve_request_duration_seconds_count", labels("OK"))] >= 1
@@ -141,8 +143,8 @@ async def test_request_metrics_by_rpc_model_and_code(server, stub):
     assert samples[("attnserve_requests_total", labels("INVALID_ARGUMENT", ""))] >= 1
     assert samples[("attnserve_requests_total", labels("NOT_FOUND", ""))] >= 1
     assert not any(dict(lbl).get("model") == "nope" for _, lbl in samples)
-    assert ("attnserve_queue_depth", (("model", "tiny"),)) in metric_samples(server, "attnserve_queue")
-    assert metric_samples(server, "attnserve_inflight_requests") == {("attnserve_inflight_requests", ()): 0}
+    assert ("attnserve_queue_depth", (("model", "tiny"),)) in await metric_samples(server, "attnserve_queue")
+    assert await metric_samples(server, "attnserve_inflight_requests") == {("attnserve_inflight_requests", ()): 0}
 
 
 async def test_inflight_gauge_counts_requests_being_handled():
@@ -264,7 +266,7 @@ async def test_streaming_pipelines_many_requests_over_one_call(server, stub):
         assert by_id[str(i)].results[0].output_tokens == unary.results[i].output_tokens
         assert not by_id[str(i)].HasField("error")
     # One request per message, and none left in flight once the stream is done.
-    samples = metric_samples(server, "attnserve_")
+    samples = await metric_samples(server, "attnserve_")
     stream = (("code", "OK"), ("model", "tiny"), ("rpc", "TransduceStream"))
     assert samples[("attnserve_requests_total", stream)] >= 40
     assert samples[("attnserve_inflight_requests", ())] == 0

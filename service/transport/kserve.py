@@ -1,98 +1,51 @@
 """The Open Inference Protocol (KServe v2 / Triton gRPC) beside the native API.
 
-An edge module like servicer.py and convert.py: it parses `inference.*` messages
-into domain values, sends the texts through the same batcher (so KServe and
-native requests share engine batches) and builds the response tensors.
-
-The model as KServe clients see it:
-  input   TEXT           BYTES [B]        UTF-8 words, in `contents.bytes_contents` or `raw_input_contents`
-  outputs OUTPUT         BYTES [B]        the output text (e.g. space-separated phonemes)
-          SCORE          FP32  [B]        log-probability of each output
-          ATTENTION      FP32  [B, T, S]  attention weights, zero-padded to the batch's longest T and S
-          OUTPUT_LENGTH  INT32 [B]        T of each item: its real attention rows (decoder steps)
-          INPUT_LENGTH   INT32 [B]        S of each item: its real attention columns (source tokens)
-  parameters max_output_len (int64_param, 0 = the server's limit), return_attention (bool_param)
+An edge module like servicer.py and convert.py: it parses `inference.*` messages into plain
+values, which oip.py checks (the model as both of the protocol's bindings show it: inputs,
+outputs, parameters), sends the texts through the same batcher (so KServe and native requests
+share engine batches) and builds the response tensors.
 
 Triton's ModelConfig says the same (max_batch_size 0: TEXT's one dimension is the batch), so that
 perf_analyzer, which reads it before anything else, can drive the server.
 """
 from __future__ import annotations
 
-import struct
-from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
-
-import numpy as np
 
 from inference import grpc_service_pb2 as pb
 from service.engine.bundle import Bundle
 from service.repository.repository import UnknownModel
-from service.config import ServerConfig
-from service.transport.convert import BadRequest, check_version, has_attention
-from service.engine.engine import Decoded, DecodeOptions
+from service.transport import oip
+from service.transport.convert import BadRequest, check_version
+from service.engine.engine import Decoded
+from service.transport.oip import INPUT, InferCall, raw_of, split_bytes_tensor
 from service.transport.servicer import ModelServicer, Served, deadline_of, observe
 
 KSERVE_SERVICE_NAME = "inference.GRPCInferenceService"
-INPUT = "TEXT"
-# name -> (datatype, shape); -1 marks a dimension that varies per request.
-OUTPUTS = {
-    "OUTPUT": ("BYTES", [-1]),
-    "SCORE": ("FP32", [-1]),
-    "ATTENTION": ("FP32", [-1, -1, -1]),
-    "OUTPUT_LENGTH": ("INT32", [-1]),
-    "INPUT_LENGTH": ("INT32", [-1]),
-}
 # The inference API's datatypes as Triton's model configuration names them.
 _CONFIG_TYPE = {"BYTES": pb.TYPE_STRING, "FP32": pb.TYPE_FP32, "INT32": pb.TYPE_INT32}
 PLATFORM = "onnxruntime"
-_LENGTH_PREFIX = struct.Struct("<I")  # BYTES raw format: a 4-byte little-endian length before each element
+# InferParameter's oneof -> the Python value oip.check_call expects
+_PARAM_KINDS = ("bool_param", "int64_param", "double_param", "string_param")
 
 
-@dataclass(frozen=True)
-class InferCall:
-    texts: list[str]
-    outputs: list[str]  # in the order they go into the response
-    max_output_len: int  # 0 = the engine's limit
-
-
-def _server_version() -> str:
+def server_version() -> str:
     try:
         return version("attnserve")
     except PackageNotFoundError:  # running from a source tree that was never installed
         return "unknown"
 
 
-def split_bytes_tensor(raw: bytes, count: int) -> list[bytes]:
-    """Split a raw BYTES tensor into its `count` elements (each length-prefixed)."""
-    items, offset = [], 0
-    while offset < len(raw):
-        if offset + 4 > len(raw):
-            raise BadRequest(f"raw_input_contents for {INPUT} ends inside a length prefix")
-        (n,), offset = _LENGTH_PREFIX.unpack_from(raw, offset), offset + 4
-        if offset + n > len(raw):
-            raise BadRequest(f"raw_input_contents for {INPUT}: element {len(items)} claims {n} bytes, "
-                             f"only {len(raw) - offset} left")
-        items.append(raw[offset:offset + n])
-        offset += n
-    if len(items) != count:
-        raise BadRequest(f"raw_input_contents for {INPUT} holds {len(items)} elements; shape says {count}")
-    return items
+def _params(params) -> dict:
+    out = {}
+    for key, p in params.items():
+        kind = p.WhichOneof("parameter_choice")
+        if kind in _PARAM_KINDS:
+            out[key] = getattr(p, kind)
+    return out
 
 
-def _param(params, key: str, kind: str, default):
-    if key not in params:
-        return default
-    if params[key].WhichOneof("parameter_choice") != kind:
-        raise BadRequest(f"parameter {key} must be a {kind}")
-    return getattr(params[key], kind)
-
-
-def _outputs(bundle: Bundle) -> dict:
-    """The model's outputs: a model without attention has no ATTENTION."""
-    return {n: v for n, v in OUTPUTS.items() if n != "ATTENTION" or has_attention(bundle.manifest)}
-
-
-def parse_infer(req: pb.ModelInferRequest, limits: ServerConfig, bundle: Bundle) -> InferCall:
+def parse_infer(req: pb.ModelInferRequest, limits, bundle: Bundle) -> InferCall:
     """Validate a ModelInferRequest against the model's signature and the server's limits (its model
     and version were found and checked by the servicer)."""
     names = [t.name for t in req.inputs]
@@ -114,62 +67,18 @@ def parse_infer(req: pb.ModelInferRequest, limits: ServerConfig, bundle: Bundle)
         items = list(tensor.contents.bytes_contents)
         if len(items) != count:
             raise BadRequest(f"{INPUT} contents.bytes_contents has {len(items)} elements; shape says {count}")
-    texts = []
-    for i, item in enumerate(items):
-        try:
-            text = item.decode("utf-8")
-        except UnicodeDecodeError:
-            raise BadRequest(f"{INPUT}[{i}] is not valid UTF-8") from None
-        if not text.strip():
-            raise BadRequest(f"{INPUT}[{i}] is empty")
-        if len(text) > limits.max_input_len:
-            raise BadRequest(f"{INPUT}[{i}] has {len(text)} characters; the limit is {limits.max_input_len}")
-        texts.append(text)
-    max_output_len = _param(req.parameters, "max_output_len", "int64_param", 0)
-    if max_output_len < 0:
-        raise BadRequest(f"parameter max_output_len must be >= 0, got {max_output_len}")
-    # A model without attention (ModelInfo.has_attention false) has no ATTENTION output.
-    return_attention = _param(req.parameters, "return_attention", "bool_param", True) and has_attention(bundle.manifest)
-    outputs = [o.name for o in req.outputs] or [n for n in OUTPUTS if return_attention or n != "ATTENTION"]
-    for name in outputs:
-        if name not in OUTPUTS:
-            raise BadRequest(f"unknown output {name!r}; the model has {list(OUTPUTS)}")
-    if "ATTENTION" in outputs and not has_attention(bundle.manifest):
-        raise BadRequest(f"output ATTENTION was requested but model {bundle.name!r} has no attention")
-    if "ATTENTION" in outputs and not return_attention:
-        raise BadRequest("output ATTENTION was requested but parameter return_attention is false")
-    return InferCall(texts=texts, outputs=outputs, max_output_len=max_output_len)
+    texts = oip.check_texts(items, limits)
+    return oip.check_call(texts, _params(req.parameters), [o.name for o in req.outputs], bundle)
 
 
-def _tensor(name: str, results: list[Decoded], joiner: str) -> tuple[list[int], bytes]:
-    """One output as (shape, raw little-endian row-major bytes)."""
-    B = len(results)
-    if name == "OUTPUT":
-        texts = [joiner.join(d.output_tokens).encode("utf-8") for d in results]
-        return [B], b"".join(_LENGTH_PREFIX.pack(len(t)) + t for t in texts)
-    if name == "SCORE":
-        return [B], np.array([d.score for d in results], dtype="<f4").tobytes()
-    if name == "OUTPUT_LENGTH":
-        return [B], np.array([d.steps for d in results], dtype="<i4").tobytes()
-    if name == "INPUT_LENGTH":
-        return [B], np.array([len(d.src_tokens) for d in results], dtype="<i4").tobytes()
-    # ATTENTION: one dense tensor needs one T and S, so shorter items are zero-padded;
-    # OUTPUT_LENGTH and INPUT_LENGTH tell a client where each item's real matrix ends.
-    T, S = max(d.attn.shape[0] for d in results), max(d.attn.shape[1] for d in results)
-    attn = np.zeros((B, T, S), dtype="<f4")
-    for b, d in enumerate(results):
-        attn[b, :d.attn.shape[0], :d.attn.shape[1]] = d.attn
-    return [B, T, S], attn.tobytes()
-
-
-def to_infer_response(req: pb.ModelInferRequest, call: InferCall, results: list[Decoded], joiner: str,
+def to_infer_response(req: pb.ModelInferRequest, call: InferCall, hyps: list[list[Decoded]], joiner: str,
                       bundle: Bundle) -> pb.ModelInferResponse:
     # Raw contents rather than typed ones: stock clients (tritonclient's as_numpy) read raw.
     reply = pb.ModelInferResponse(model_name=bundle.name, model_version=bundle.version, id=req.id)
     for name in call.outputs:
-        shape, raw = _tensor(name, results, joiner)
-        reply.outputs.add(name=name, datatype=OUTPUTS[name][0], shape=shape)
-        reply.raw_output_contents.append(raw)
+        shape, values = oip.output_array(name, hyps, joiner, call.per_hypothesis)
+        reply.outputs.add(name=name, datatype=oip.datatype_of(name), shape=shape)
+        reply.raw_output_contents.append(raw_of(values))
     return reply
 
 
@@ -194,7 +103,7 @@ class KServeServicer(ModelServicer):
         return await self._observe("ModelReady", context, self._value(ready))
 
     async def ServerMetadata(self, request, context):
-        reply = pb.ServerMetadataResponse(name="attnserve", version=_server_version(), extensions=[])
+        reply = pb.ServerMetadataResponse(name="attnserve", version=server_version(), extensions=[])
         return await self._observe("ServerMetadata", context, self._value(reply))
 
     async def ModelMetadata(self, request, context):
@@ -224,7 +133,7 @@ class KServeServicer(ModelServicer):
         return pb.ModelMetadataResponse(
             name=bundle.name, versions=[bundle.version], platform=PLATFORM,
             inputs=[meta(name=INPUT, datatype="BYTES", shape=[-1])],
-            outputs=[meta(name=n, datatype=dt, shape=shape) for n, (dt, shape) in _outputs(bundle).items()])
+            outputs=[meta(name=n, datatype=dt, shape=shape) for n, (dt, shape) in oip.outputs_of(bundle).items()])
 
     async def _model_config(self, request: pb.ModelConfigRequest, served: Served) -> pb.ModelConfigResponse:
         _, bundle = self._named(request.name, request.version, served)
@@ -233,7 +142,7 @@ class KServeServicer(ModelServicer):
             name=bundle.name, platform=PLATFORM, max_batch_size=0,
             input=[pb.ModelInput(name=INPUT, data_type=pb.TYPE_STRING, dims=[-1])],
             output=[pb.ModelOutput(name=n, data_type=_CONFIG_TYPE[dt], dims=shape)
-                    for n, (dt, shape) in _outputs(bundle).items()])
+                    for n, (dt, shape) in oip.outputs_of(bundle).items()])
         return pb.ModelConfigResponse(config=config)
 
     async def RepositoryIndex(self, request: pb.RepositoryIndexRequest, context):
@@ -279,6 +188,6 @@ class KServeServicer(ModelServicer):
                      served: Served) -> pb.ModelInferResponse:
         batcher, bundle = self._named(request.model_name, request.model_version, served)
         call = parse_infer(request, self.limits, bundle)
-        hyps = await batcher.transduce(call.texts, DecodeOptions(max_output_len=call.max_output_len), deadline_s)
-        return to_infer_response(request, call, [h[0] for h in hyps], batcher.engine.tgt_joiner, bundle)
+        hyps = await batcher.transduce(call.texts, call.options, deadline_s)
+        return to_infer_response(request, call, hyps, batcher.engine.tgt_joiner, bundle)
 

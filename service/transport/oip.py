@@ -1,0 +1,175 @@
+"""The model as the Open Inference Protocol (KServe v2 / Triton) sees it, for both of its bindings:
+the gRPC one (kserve.py) and the HTTP/REST one (http.py). Each binding parses its own wire format
+into plain Python values; what is checked and what comes back is decided here, once.
+
+  input   TEXT              BYTES [B]              UTF-8 words
+  outputs OUTPUT            BYTES [B]              the output text (e.g. space-separated phonemes)
+          SCORE             FP32  [B]              log-probability of each output
+          ATTENTION         FP32  [B, T, S]        attention weights, zero-padded to the longest T and S
+          OUTPUT_LENGTH     INT32 [B]              T of each item: its real attention rows (decoder steps)
+          INPUT_LENGTH      INT32 [B]              S of each item: its real attention columns (source tokens)
+  parameters  max_output_len (int, 0 = the server's limit), return_attention (bool),
+              beam_size (int), n_best (int), length_penalty_alpha (float),
+              attention_mode ("soft", "hard", "topk"), top_k (int)
+
+A request that sets `n_best` gets every hypothesis: OUTPUT, SCORE and OUTPUT_LENGTH become
+[B, N], ATTENTION [B, N, T, S], and HYPOTHESIS_COUNT INT32 [B] says how many of the N are real
+(beam search may finish fewer); missing hypotheses are "" with SCORE -inf and length 0.
+"""
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+import numpy as np
+
+from service.config import ServerConfig
+from service.engine.bundle import Bundle
+from service.engine.engine import Decoded, DecodeOptions
+from service.transport.convert import BadRequest, has_attention
+
+INPUT = "TEXT"
+# name -> (datatype, shape); -1 marks a dimension that varies per request.
+OUTPUTS = {
+    "OUTPUT": ("BYTES", [-1]),
+    "SCORE": ("FP32", [-1]),
+    "ATTENTION": ("FP32", [-1, -1, -1]),
+    "OUTPUT_LENGTH": ("INT32", [-1]),
+    "INPUT_LENGTH": ("INT32", [-1]),
+}
+N_BEST_OUTPUTS = {"HYPOTHESIS_COUNT": ("INT32", [-1])}  # only for a request that sets n_best
+_LENGTH_PREFIX = struct.Struct("<I")  # BYTES raw format: a 4-byte little-endian length before each element
+# parameter -> the Python type each binding must hand over (bool is not an int here)
+PARAMETERS = {"max_output_len": int, "return_attention": bool, "beam_size": int, "n_best": int,
+              "length_penalty_alpha": float, "attention_mode": str, "top_k": int}
+
+
+@dataclass(frozen=True)
+class InferCall:
+    texts: list[str]
+    outputs: list[str]  # in the order they go into the response
+    options: DecodeOptions
+    per_hypothesis: bool  # the request set n_best: [B, N, ...] outputs
+
+
+def outputs_of(bundle: Bundle) -> dict:
+    """The model's outputs for its metadata: a model without attention has no ATTENTION."""
+    return {n: v for n, v in OUTPUTS.items() if n != "ATTENTION" or has_attention(bundle.manifest)}
+
+
+def check_texts(items: list[bytes] | list[str], limits: ServerConfig) -> list[str]:
+    if not items:
+        raise BadRequest(f"{INPUT} is empty: send at least one input")
+    if len(items) > limits.max_inputs_per_request:
+        raise BadRequest(f"{INPUT} has {len(items)} elements; at most {limits.max_inputs_per_request} per request")
+    texts = []
+    for i, item in enumerate(items):
+        try:
+            text = item if isinstance(item, str) else item.decode("utf-8")
+        except UnicodeDecodeError:
+            raise BadRequest(f"{INPUT}[{i}] is not valid UTF-8") from None
+        if not text.strip():
+            raise BadRequest(f"{INPUT}[{i}] is empty")
+        if len(text) > limits.max_input_len:
+            raise BadRequest(f"{INPUT}[{i}] has {len(text)} characters; the limit is {limits.max_input_len}")
+        texts.append(text)
+    return texts
+
+
+def _options(params: dict) -> DecodeOptions:
+    for key, value in params.items():
+        want = PARAMETERS.get(key)
+        if want is None:
+            continue  # Triton's own parameters (sequence_id, priority, ...) and the binary extension's
+        if want is float and type(value) is int:
+            value = params[key] = float(value)
+        if type(value) is not want:
+            raise BadRequest(f"parameter {key} must be a {want.__name__}, got {type(value).__name__}")
+    beam_size = params.get("beam_size", params.get("n_best", 1))
+    try:
+        return DecodeOptions(max_output_len=params.get("max_output_len", 0), beam_size=beam_size,
+                             n_best=params.get("n_best", 1),
+                             length_penalty_alpha=params.get("length_penalty_alpha", 0.0),
+                             attention_mode=params.get("attention_mode", "soft"), top_k=params.get("top_k", 0))
+    except ValueError as e:
+        raise BadRequest(f"parameter {e}") from None
+
+
+def check_call(texts: list[str], params: dict, requested: list[str], bundle: Bundle) -> InferCall:
+    """Validate a call's parameters and requested outputs against the model (its texts were
+    checked by check_texts, its model and version found by the binding)."""
+    options = _options(dict(params))
+    per_hypothesis = "n_best" in params
+    attention = has_attention(bundle.manifest)
+    return_attention = params.get("return_attention", True) and attention
+    known = OUTPUTS | (N_BEST_OUTPUTS if per_hypothesis else {})
+    outputs = requested or [n for n in known if return_attention or n != "ATTENTION"]
+    for name in outputs:
+        if name not in known:
+            raise BadRequest(f"unknown output {name!r}; the model has {list(known)}")
+    if "ATTENTION" in outputs and not attention:
+        raise BadRequest(f"output ATTENTION was requested but model {bundle.name!r} has no attention")
+    if "ATTENTION" in outputs and not return_attention:
+        raise BadRequest("output ATTENTION was requested but parameter return_attention is false")
+    if options.attention_mode != "soft" and not attention:
+        raise BadRequest(f"parameter attention_mode {options.attention_mode!r}: model {bundle.name!r} has no attention")
+    return InferCall(texts=texts, outputs=outputs, options=options, per_hypothesis=per_hypothesis)
+
+
+def output_array(name: str, hyps: list[list[Decoded]], joiner: str, per_hypothesis: bool):
+    """One output tensor as (shape, values): a numpy array, or for BYTES a flat list of bytes in
+    row-major order. `hyps` holds each input's hypotheses, best first."""
+    B = len(hyps)
+    N = max(len(h) for h in hyps) if per_hypothesis else 1
+    grid = [[h[n] if n < len(h) else None for n in range(N)] for h in hyps]  # (B, N); None = missing
+    lead = [B, N] if per_hypothesis else [B]
+    if name == "INPUT_LENGTH":
+        return [B], np.array([len(h[0].src_tokens) for h in hyps], dtype="<i4")
+    if name == "HYPOTHESIS_COUNT":
+        return [B], np.array([len(h) for h in hyps], dtype="<i4")
+    if name == "OUTPUT":
+        return lead, [joiner.join(d.output_tokens).encode("utf-8") if d else b"" for row in grid for d in row]
+    if name == "SCORE":
+        return lead, np.array([[d.score if d else -np.inf for d in row] for row in grid], dtype="<f4").reshape(lead)
+    if name == "OUTPUT_LENGTH":
+        return lead, np.array([[d.steps if d else 0 for d in row] for row in grid], dtype="<i4").reshape(lead)
+    # ATTENTION: one dense tensor needs one T and S, so shorter items are zero-padded;
+    # OUTPUT_LENGTH and INPUT_LENGTH tell a client where each item's real matrix ends.
+    found = [d for row in grid for d in row if d is not None]
+    T, S = max(d.attn.shape[0] for d in found), max(d.attn.shape[1] for d in found)
+    attn = np.zeros((B, N, T, S), dtype="<f4")
+    for b, row in enumerate(grid):
+        for n, d in enumerate(row):
+            if d is not None:
+                attn[b, n, :d.attn.shape[0], :d.attn.shape[1]] = d.attn
+    return lead + [T, S], attn.reshape(lead + [T, S])
+
+
+def split_bytes_tensor(raw: bytes, count: int) -> list[bytes]:
+    """Split a raw BYTES tensor into its `count` elements (each length-prefixed)."""
+    items, offset = [], 0
+    while offset < len(raw):
+        if offset + 4 > len(raw):
+            raise BadRequest(f"raw contents for {INPUT} end inside a length prefix")
+        (n,), offset = _LENGTH_PREFIX.unpack_from(raw, offset), offset + 4
+        if offset + n > len(raw):
+            raise BadRequest(f"raw contents for {INPUT}: element {len(items)} claims {n} bytes, "
+                             f"only {len(raw) - offset} left")
+        items.append(raw[offset:offset + n])
+        offset += n
+    if len(items) != count:
+        raise BadRequest(f"raw contents for {INPUT} hold {len(items)} elements; shape says {count}")
+    return items
+
+
+def join_bytes_tensor(items: list[bytes]) -> bytes:
+    return b"".join(_LENGTH_PREFIX.pack(len(t)) + t for t in items)
+
+
+def raw_of(values) -> bytes:
+    """An output's values (oip.output_array) in the protocol's raw little-endian row-major form."""
+    return join_bytes_tensor(values) if isinstance(values, list) else values.tobytes()
+
+
+def datatype_of(name: str) -> str:
+    return (OUTPUTS | N_BEST_OUTPUTS)[name][0]
