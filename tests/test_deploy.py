@@ -108,6 +108,23 @@ def _dockerfile_instructions() -> list[tuple[str, str]]:
     return out
 
 
+def _dockerfile_global_args() -> dict[str, str | None]:
+    """The ARGs declared before the first FROM (the only ones a FROM line can use), with their defaults."""
+    args: dict[str, str | None] = {}
+    for word, rest in _dockerfile_instructions():
+        if word == "FROM":
+            break
+        if word == "ARG":
+            name, eq, default = rest.partition("=")
+            args[name.strip()] = default.strip().strip('"') if eq else None
+    return args
+
+
+def _expand(text: str, args: dict[str, str | None]) -> str:
+    """${NAME} and $NAME as a default build (no --build-arg) expands them."""
+    return re.sub(r"\$\{(\w+)\}|\$(\w+)", lambda m: args.get(m.group(1) or m.group(2)) or "", text)
+
+
 def _server_env_names() -> set[str]:
     """Every ATTNSERVE_* variable the server reads (service/config.py)."""
     from dataclasses import fields
@@ -139,8 +156,9 @@ def test_dockerfile_is_multi_stage_pinned_non_root_with_healthcheck():
     ins = _dockerfile_instructions()
     froms = [a for i, a in ins if i == "FROM"]
     assert len(froms) >= 2, "builder and runtime stages expected"
+    args = _dockerfile_global_args()
     for image in froms:
-        ref = image.split()[0]
+        ref = _expand(image.split()[0], args)  # the image a build without --build-arg uses
         assert re.fullmatch(r"python:3\.11\.\d+-slim(-\w+)?", ref), f"base image not pinned to a patch release: {ref}"
     runtime = max(i for i, (word, _) in enumerate(ins) if word == "FROM")
     final = ins[runtime:]
@@ -159,6 +177,40 @@ def test_dockerfile_is_multi_stage_pinned_non_root_with_healthcheck():
     dev = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]["dev"]
     pin = next(r for r in dev if r.startswith("grpcio-tools=="))
     assert pin in DOCKERFILE.read_text(), f"Dockerfile must install {pin}"
+
+
+def test_dockerfile_base_image_is_one_build_arg_for_both_stages():
+    """`--build-arg BASE_IMAGE=...` swaps the base of both stages at once (scripts/container_check.py
+    builds on a local debootstrapped Debian); the default stays the pinned official image."""
+    args = _dockerfile_global_args()
+    assert re.fullmatch(r"python:3\.11\.\d+-slim(-\w+)?", args.get("BASE_IMAGE") or ""), args
+    froms = [a.split()[0] for i, a in _dockerfile_instructions() if i == "FROM" and "--from" not in a]
+    assert froms == ["${BASE_IMAGE}", "${BASE_IMAGE}"], froms
+
+
+def test_dockerfile_pip_settings_are_build_args_of_the_builder_only():
+    """PIP_INDEX_URL / PIP_CERT reach pip in the builder (a mirror, a TLS-intercepting proxy's CA) and
+    have no default, so a plain build uses pypi.org; the runtime stage never sees them."""
+    ins = _dockerfile_instructions()
+    runtime = max(i for i, (word, _) in enumerate(ins) if word == "FROM")
+    builder_args = {a.partition("=")[0]: a for i, (w, a) in enumerate(ins[:runtime]) if w == "ARG"}
+    for name in ("PIP_INDEX_URL", "PIP_CERT"):
+        assert builder_args.get(name) == name, f"ARG {name} (no default) expected in the builder stage"
+    assert not [a for w, a in ins[runtime:] if w == "ARG" and a.startswith("PIP_")]
+    assert not [a for w, a in ins if w == "ENV" and ("PIP_CERT" in a or "PIP_INDEX_URL" in a)]
+
+
+def test_dockerfile_copies_every_package_pyproject_installs():
+    """`pip install .` in the builder fails on a package directory the image lacks (bench/ was once
+    missing: the image did not build). Generated packages come from protoc in the builder."""
+    tool = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
+    generated = set(tool.get("package-dir", {}))
+    needed = {name.split(".")[0] for name in tool["packages"]} - generated
+    ins = _dockerfile_instructions()
+    runtime = max(i for i, (word, _) in enumerate(ins) if word == "FROM")
+    copied = {src.rstrip("/") for word, args in ins[:runtime] if word == "COPY" and "--from=" not in args
+              for src in [a for a in args.split() if not a.startswith("--")][:-1]}
+    assert needed <= copied, f"the builder does not COPY {sorted(needed - copied)} (listed in pyproject.toml)"
 
 
 def test_dockerfile_env_is_understood_by_the_server():
