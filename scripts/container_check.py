@@ -1,0 +1,602 @@
+#!/usr/bin/env python3
+"""Build the real image (deploy/Dockerfile) with Debian's podman and check it from outside.
+
+    make container-check            # = .venv/bin/python scripts/container_check.py (as root)
+
+On a Debian 12 machine with no Docker engine and no reachable image registry:
+
+1. apt-get installs podman, runc and debootstrap when missing;
+2. writes build/container/containers.conf (runc, cgroupfs, no default ulimits: see CONTAINERS_CONF below);
+3. makes a Debian base with `debootstrap --variant=minbase` from the machine's own Debian mirror, once
+   (build/container/base-<suite>.tar, reused while the suite, mirror and packages stay the same), and
+   `podman import`s it;
+4. builds deploy/Dockerfile with --build-arg BASE_IMAGE=<that base>, pip reaching the package index
+   the way this machine does (its CA bundle mounted in, its index URL if it has one);
+5. runs the image read-only, as uid 10001, on the host network with free ports, and checks from
+   outside: gRPC health, a Transduce with attention, Prometheus /metrics, and SIGTERM in the middle of
+   a burst of concurrent calls (every call answered OK or UNAVAILABLE, exit code 0).
+
+Prints a summary and writes it to build/container-check.json; exits 1 when a check fails.
+`--help` for the options (an official base instead of debootstrap, --no-cache for a full build).
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import fcntl
+import hashlib
+import json
+import math
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+WORK = REPO / "build" / "container"
+SUMMARY = REPO / "build" / "container-check.json"
+VENV_BIN = Path(sys.executable).parent
+
+IMAGE = "localhost/attnserve:container-check"
+APT_PACKAGES = {"podman": "podman", "runc": "runc", "debootstrap": "debootstrap"}  # command -> package
+# What the Dockerfile needs of its base: python (and venv, whose ensurepip brings pip), CA certificates
+# for pip; minbase already has /bin/sh and groupadd/useradd (passwd).
+BASE_PACKAGES = ("python3", "python3-venv", "python-is-python3", "ca-certificates")
+# Debian's podman 4.3 in this sandbox: without `default_ulimits = []` every container fails to start
+# ("error setting rlimit type 7: operation not permitted": podman raises RLIMIT_NOFILE, which is not
+# allowed here). crun, podman's first choice when installed, refuses (cgroups in hybrid mode): runc.
+# No systemd and no journald: cgroupfs and a file for events (what podman falls back to here anyway).
+CONTAINERS_CONF = """\
+# Written by scripts/container_check.py: podman settings for this machine (CONTAINERS_CONF).
+[containers]
+default_ulimits = []
+
+[engine]
+runtime = "runc"
+cgroup_manager = "cgroupfs"
+events_logger = "file"
+"""
+# The machine's CA bundle is mounted over the base's own during RUN steps (a mount point that
+# already exists leaves nothing behind in the image; the runtime stage keeps the base's bundle).
+HOST_CA_IN_BUILD = "/etc/ssl/certs/ca-certificates.crt"
+UID = 10001  # the Dockerfile's USER
+
+WORDS = ["internationalization", "characteristically", "photosynthesis", "counterproductive",
+         "incomprehensible", "extraordinarily", "misunderstanding", "responsibilities"]
+
+
+def log(msg: str) -> None:
+    print(f"[container-check] {msg}", flush=True)
+
+
+def run(cmd: list[str], *, check: bool = True, capture: bool = True, timeout: float | None = None,
+        **kw) -> subprocess.CompletedProcess:
+    r = subprocess.run(cmd, check=False, text=True, capture_output=capture, timeout=timeout, **kw)
+    if check and r.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd[:4])}... exited {r.returncode}:\n{(r.stderr or '')[-3000:]}")
+    return r
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# ------------------------------------------------------------------------------------ tools --
+
+def ensure_tools() -> dict:
+    t0 = time.monotonic()
+    missing = [pkg for cmd, pkg in APT_PACKAGES.items() if shutil.which(cmd) is None]
+    if missing:
+        log(f"apt-get install {' '.join(missing)}")
+        env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+        install = ["apt-get", "install", "-y", "-q", "--no-install-recommends", *missing]
+        if subprocess.run(install, check=False, env=env).returncode != 0:  # stale package lists: refresh once
+            run(["apt-get", "update", "-q"], capture=False, env=env)
+            run(install, capture=False, env=env)
+    version = run(["podman", "--version"]).stdout.strip()
+    return {"installed": missing, "seconds": round(time.monotonic() - t0, 1), "podman": version,
+            "runc": run(["runc", "--version"]).stdout.splitlines()[0]}
+
+
+def podman_env() -> dict:
+    WORK.mkdir(parents=True, exist_ok=True)
+    conf = WORK / "containers.conf"
+    conf.write_text(CONTAINERS_CONF)
+    os.environ["CONTAINERS_CONF"] = str(conf)
+    return {"containers_conf": str(conf.relative_to(REPO))}
+
+
+def podman(*args: str, **kw) -> subprocess.CompletedProcess:
+    return run(["podman", *args], **kw)
+
+
+# ------------------------------------------------------------------------------------- base --
+
+def debian_mirror() -> tuple[str, str]:
+    """(mirror URL, suite) of the machine's own Debian sources: deb822 *.sources first, then *.list."""
+    sources = sorted(Path("/etc/apt/sources.list.d").glob("*.sources"))
+    for path in sources:
+        for stanza in re.split(r"\n\s*\n", path.read_text()):
+            fields = dict(re.findall(r"^(\w[\w-]*):\s*(.*)$", stanza, re.MULTILINE))
+            uris, suites = fields.get("URIs", "").split(), fields.get("Suites", "").split()
+            if "deb" in fields.get("Types", "").split() and uris and suites and "security" not in uris[0] \
+                    and "main" in fields.get("Components", "").split() and "debian" in uris[0]:
+                return uris[0], suites[0]
+    lists = [Path("/etc/apt/sources.list"), *sorted(Path("/etc/apt/sources.list.d").glob("*.list"))]
+    for path in lists:
+        if not path.is_file():
+            continue
+        for line in path.read_text().splitlines():
+            m = re.match(r"\s*deb\s+(?:\[[^\]]*\]\s+)?(\S+)\s+(\S+)\s+(.*)", line)
+            if m and "debian" in m.group(1) and "security" not in m.group(1) and "main" in m.group(3).split():
+                return m.group(1), m.group(2)
+    codename = re.search(r"^VERSION_CODENAME=(\w+)", Path("/etc/os-release").read_text(), re.MULTILINE)
+    return "http://deb.debian.org/debian", codename.group(1) if codename else "bookworm"
+
+
+def mounts_below(path: Path) -> list[str]:
+    prefix = str(path.resolve()) + "/"
+    points = []
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        point = line.split()[4].encode().decode("unicode_escape")
+        if point.startswith(prefix):
+            points.append(point)
+    return sorted(points, key=len, reverse=True)
+
+
+def unmount_below(path: Path) -> None:
+    """debootstrap can leave the target's /proc mounted: unmount all below `path`, or refuse to go on."""
+    for point in mounts_below(path):
+        if subprocess.run(["umount", point], check=False).returncode != 0:
+            subprocess.run(["umount", "-l", point], check=False)
+    left = mounts_below(path)
+    if left:
+        raise RuntimeError(f"still mounted below {path}: {left}; not removing it")
+
+
+def remove_tree(path: Path) -> None:
+    if path.exists():
+        unmount_below(path)
+        shutil.rmtree(path)
+
+
+def trim_rootfs(root: Path) -> None:
+    """What Debian's slim images leave out too: package caches and lists, manuals, docs but copyright."""
+    for pattern in ("var/cache/apt/archives/*.deb", "var/cache/apt/*.bin", "var/lib/apt/lists/*",
+                    "usr/share/man/*", "usr/share/info/*", "var/log/*.log", "var/log/apt/*"):
+        for p in root.glob(pattern):
+            if p.is_dir() and not p.is_symlink():
+                shutil.rmtree(p)
+            elif p.name != "lock":
+                p.unlink()
+    for p in (root / "usr/share/doc").rglob("*"):
+        if not p.is_dir() and p.name != "copyright":
+            p.unlink()
+    for p in (root / "usr/share/locale").glob("*"):
+        if p.name not in ("locale.alias",) and p.is_dir():
+            shutil.rmtree(p)
+
+
+def ensure_base(args) -> dict:
+    """The local Debian base image (debootstrap once, cached as a tarball; imported when podman lacks it)."""
+    own_mirror, own_suite = debian_mirror()
+    mirror, suite = args.mirror or own_mirror, args.suite or own_suite
+    key_doc = {"suite": suite, "mirror": mirror, "variant": "minbase", "include": sorted(BASE_PACKAGES)}
+    key = hashlib.sha256(json.dumps(key_doc, sort_keys=True).encode()).hexdigest()[:12]
+    tarball, stamp = WORK / f"base-{suite}.tar", WORK / f"base-{suite}.json"
+    tag = f"localhost/attnserve-base:{suite}-{key}"
+    info = {"image": tag, **key_doc, "tarball": str(tarball.relative_to(REPO))}
+    cached = tarball.is_file() and stamp.is_file() and json.loads(stamp.read_text()).get("key") == key \
+        and not args.fresh_base
+    info["cached"] = cached
+    if not cached:
+        root = WORK / "rootfs.tmp"
+        remove_tree(root)
+        log(f"debootstrap --variant=minbase {suite} from {mirror} (once; cached in {tarball.relative_to(REPO)})")
+        t0 = time.monotonic()
+        with open(WORK / "debootstrap.log", "w") as out:
+            r = subprocess.run(["debootstrap", "--variant=minbase", f"--include={','.join(BASE_PACKAGES)}",
+                                suite, str(root), mirror], check=False, stdout=out, stderr=subprocess.STDOUT)
+        unmount_below(root)
+        if r.returncode != 0:
+            raise RuntimeError(f"debootstrap exited {r.returncode}: see {WORK / 'debootstrap.log'}:\n"
+                               + (WORK / "debootstrap.log").read_text()[-2000:])
+        info["debootstrap_s"] = round(time.monotonic() - t0, 1)
+        trim_rootfs(root)
+        partial = tarball.with_suffix(".tar.tmp")
+        run(["tar", "--numeric-owner", "--one-file-system", "-C", str(root), "-cf", str(partial), "."])
+        partial.replace(tarball)
+        stamp.write_text(json.dumps({"key": key, **key_doc}, indent=2) + "\n")
+        remove_tree(root)
+        podman("rmi", "-f", tag, check=False)
+    info["tarball_mb"] = round(tarball.stat().st_size / 1e6, 1)
+    if podman("image", "exists", tag, check=False).returncode != 0:
+        t0 = time.monotonic()
+        podman("import", "--change", "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+               "--change", "ENV LANG=C.UTF-8", "--change", 'CMD ["/bin/bash"]', str(tarball), tag)
+        info["import_s"] = round(time.monotonic() - t0, 1)
+    return info
+
+
+# ------------------------------------------------------------------------------------ build --
+
+def pip_settings() -> dict[str, str]:
+    """How this machine's pip reaches the index: its CA bundle (a TLS-intercepting proxy's CA may be
+    in it) and its index URL if one is configured. Local file:// indexes stay outside the build."""
+    config: dict[str, str] = {}
+    r = subprocess.run([sys.executable, "-m", "pip", "config", "list"], check=False, capture_output=True, text=True)
+    for line in r.stdout.splitlines():
+        name, _, value = line.partition("=")
+        config[name.split(".", 1)[-1]] = value.strip().strip("'\"")
+    out = {}
+    index = os.environ.get("PIP_INDEX_URL") or config.get("index-url", "")
+    if index.startswith(("http://", "https://")):
+        out["PIP_INDEX_URL"] = index
+    cert = os.environ.get("PIP_CERT") or config.get("cert") or "/etc/ssl/certs/ca-certificates.crt"
+    if Path(cert).is_file():
+        out["PIP_CERT"] = str(Path(cert).resolve())
+    return out
+
+
+def build_context(git_ref: str | None) -> tuple[Path, str]:
+    """The working tree (what a clean clone is on CI), or a commit's files exported from git."""
+    if not git_ref:
+        return REPO, "working tree"
+    rev = run(["git", "rev-parse", "--verify", f"{git_ref}^{{commit}}"], cwd=REPO).stdout.strip()
+    context = WORK / "context"
+    remove_tree(context)
+    context.mkdir(parents=True)
+    archive = subprocess.Popen(["git", "archive", "--format=tar", rev], cwd=REPO, stdout=subprocess.PIPE)
+    run(["tar", "-x", "-C", str(context)], stdin=archive.stdout)
+    if archive.wait() != 0:
+        raise RuntimeError(f"git archive {rev} failed")
+    return context, f"git {git_ref} ({rev[:10]})"
+
+
+def build(base: str, args) -> dict:
+    pip = pip_settings()
+    context, what = build_context(args.git_ref)
+    cmd = ["podman", "build", "--format", "docker",  # docker format: the OCI format drops HEALTHCHECK
+           "--network=host", "-f", "deploy/Dockerfile", "-t", IMAGE, "--build-arg", f"BASE_IMAGE={base}"]
+    if "PIP_CERT" in pip:
+        cmd += ["--volume", f"{pip['PIP_CERT']}:{HOST_CA_IN_BUILD}:ro", "--build-arg", f"PIP_CERT={HOST_CA_IN_BUILD}"]
+    if "PIP_INDEX_URL" in pip:
+        cmd += ["--build-arg", f"PIP_INDEX_URL={pip['PIP_INDEX_URL']}"]
+    if args.no_cache:
+        cmd.append("--no-cache")
+    cmd.append(".")
+    log(f"podman build (log: {(WORK / 'build.log').relative_to(REPO)}): {' '.join(cmd[2:])}")
+    t0 = time.monotonic()
+    with open(WORK / "build.log", "w") as out:
+        r = subprocess.run(cmd, check=False, cwd=context, stdout=out, stderr=subprocess.STDOUT)
+    seconds = round(time.monotonic() - t0, 1)
+    text = (WORK / "build.log").read_text()
+    if r.returncode != 0:
+        raise RuntimeError(f"podman build exited {r.returncode} after {seconds} s:\n{text[-3000:]}")
+    size = int(podman("image", "inspect", IMAGE, "--format", "{{.Size}}").stdout.strip())
+    steps = len(re.findall(r"^\[\d+/\d+\] STEP \d+/\d+: (?!FROM )", text, re.MULTILINE))  # FROM: never cached
+    return {"seconds": seconds, "context": what, "no_cache": args.no_cache, "steps": steps,
+            "steps_from_cache": text.count("--> Using cache"), "image": IMAGE, "image_size_mb": round(size / 1e6, 1),
+            "pip": {k: (HOST_CA_IN_BUILD + " (host bundle " + v + ")" if k == "PIP_CERT" else v)
+                    for k, v in pip.items()}}
+
+
+# ------------------------------------------------------------------------------------ checks --
+
+def grpc_ready(address: str, deadline_s: float, container: str) -> float:
+    import grpc
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+    t0 = time.monotonic()
+    with grpc.insecure_channel(address) as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        while time.monotonic() - t0 < deadline_s:
+            try:
+                if stub.Check(health_pb2.HealthCheckRequest(service="attnserve.v1.Transducer"),
+                              timeout=2).status == health_pb2.HealthCheckResponse.SERVING:
+                    return round(time.monotonic() - t0, 1)
+            except grpc.RpcError:
+                pass
+            state = podman("inspect", container, "--format", "{{.State.Status}}", check=False).stdout.strip()
+            if state not in ("running", "created", "configured"):
+                raise RuntimeError(f"the container is {state!r} before serving")
+            time.sleep(0.5)
+    raise RuntimeError(f"not SERVING after {deadline_s} s")
+
+
+def check_health(address: str) -> dict:
+    out = {}
+    for service in ("", "attnserve.v1.Transducer"):
+        cmd = [sys.executable, "-m", "service.client.healthcheck", "--addr", address]
+        cmd += ["--service", service] if service else []
+        r = run(cmd, check=False, cwd=REPO)
+        out[service or "server"] = (r.stdout.strip() or r.stderr.strip()), r.returncode
+    return {"ok": all(rc == 0 and s == "SERVING" for s, rc in out.values()),
+            "status": {k: s for k, (s, _) in out.items()}}
+
+
+def check_image_healthcheck(container: str) -> dict:
+    """The image's own HEALTHCHECK (python -m service.client.healthcheck inside the container)."""
+    r = podman("healthcheck", "run", container, check=False, timeout=30)
+    return {"ok": r.returncode == 0, "result": (r.stdout.strip() or r.stderr.strip() or "healthy")}
+
+
+def check_transduce(address: str) -> dict:
+    words = ["phonemes", "attention"]
+    r = run([str(VENV_BIN / "attnserve-client"), "phonemes", *words, "--server", address, "--json"],
+            check=False, cwd=REPO)
+    if r.returncode != 0:
+        return {"ok": False, "error": r.stderr.strip()[-500:]}
+    doc = json.loads(r.stdout)
+    problems, outputs = [], {}
+    for word, res in zip(words, doc["results"]):
+        outputs[word] = res["output_text"]
+        att = res["attention"]
+        if not att:
+            problems.append(f"{word}: no attention")
+            continue
+        sums = [sum(row) for row in att["weights"]]
+        if att["cols"] != len(word) or att["rows"] != len(att["weights"]) or att["rows"] < 1 \
+                or not all(math.isclose(s, 1.0, abs_tol=1e-3) for s in sums) or not res["output_text"]:
+            problems.append(f"{word}: attention {att['rows']}x{att['cols']}, row sums {sums[:3]}...")
+    return {"ok": len(doc["results"]) == len(words) and not problems, "model": doc["model"], "outputs": outputs,
+            "attention_shapes": {w: [res["attention"]["rows"], res["attention"]["cols"]]
+                                 for w, res in zip(words, doc["results"]) if res["attention"]},
+            "problems": problems}
+
+
+def scrape(metrics_port: int) -> str:
+    return urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5).read().decode()
+
+
+def check_metrics(metrics_port: int) -> dict:
+    try:
+        text = scrape(metrics_port)
+    except OSError as e:
+        return {"ok": False, "error": str(e)}
+    ours = [line for line in text.splitlines() if line.startswith("attnserve_")]
+    return {"ok": bool(ours), "attnserve_samples": len(ours), "families": len({re.split(r"[{ ]", s)[0] for s in ours}),
+            "example": ours[0] if ours else None}
+
+
+def received(metrics_port: int) -> float:
+    """Transduce calls the server has taken in: finished plus in flight."""
+    from prometheus_client.parser import text_string_to_metric_families
+    total = 0.0
+    for family in text_string_to_metric_families(scrape(metrics_port)):
+        for s in family.samples:
+            if s.name == "attnserve_requests_total" and s.labels.get("rpc") == "Transduce":
+                total += s.value
+            elif s.name == "attnserve_inflight_requests":
+                total += s.value
+    return total
+
+
+async def sigterm_mid_burst(address: str, metrics_port: int, container: str, burst_size: int,
+                            require_drained: bool) -> dict:
+    """`burst_size` concurrent Transduce calls; `podman kill --signal TERM` once every call has reached
+    the server and while calls are still in flight; then new calls (a new connection each) every 0.2 s
+    until the container has exited. Every call must end OK or UNAVAILABLE; `podman wait` must say 0.
+    With the image's own lame duck and grace period (`require_drained`) every burst call must end OK:
+    they had all reached the server before the signal, and the drain gives them 10 s."""
+    import grpc
+    from attnserve.v1 import attnserve_pb2 as pb, attnserve_pb2_grpc as pbg
+
+    def classify(outcomes) -> dict:
+        counts: dict[str, int] = {}
+        for o in outcomes:
+            if isinstance(o, grpc.aio.AioRpcError):
+                code = o.code().name
+            elif isinstance(o, BaseException):
+                code = type(o).__name__
+            else:
+                code = "OK" if len(o.results) == len(WORDS) else "WRONG_RESULT_COUNT"
+            counts[code] = counts.get(code, 0) + 1
+        ok, refused = counts.get("OK", 0), counts.get("UNAVAILABLE", 0)
+        return {"sent": len(outcomes), "ok": ok, "refused_unavailable": refused,
+                "lost": len(outcomes) - ok - refused, "codes": counts}
+
+    async def late_call() -> object:
+        async with grpc.aio.insecure_channel(address) as channel:
+            try:
+                return await pbg.TransducerStub(channel).Transduce(pb.TransduceRequest(inputs=WORDS), timeout=30)
+            except grpc.aio.AioRpcError as e:
+                return e
+
+    base = await asyncio.to_thread(received, metrics_port)
+    request = pb.TransduceRequest(inputs=WORDS, options=pb.DecodeOptions(return_attention=True))
+    async with grpc.aio.insecure_channel(address) as channel:
+        stub = pbg.TransducerStub(channel)
+        await stub.Transduce(pb.TransduceRequest(inputs=["warm"]), timeout=30)  # the connection is up
+        base += 1
+        t_burst = time.monotonic()
+        burst = [asyncio.ensure_future(stub.Transduce(request, timeout=60)) for _ in range(burst_size)]
+        reached_all = True
+        while await asyncio.to_thread(received, metrics_port) < base + burst_size:
+            if time.monotonic() - t_burst > 30 or all(c.done() for c in burst):
+                reached_all = False
+                break
+            await asyncio.sleep(0.005)
+        in_flight = sum(not c.done() for c in burst)
+        t_signal = time.monotonic()
+        kill = await asyncio.to_thread(podman, "kill", "--signal", "TERM", container, check=False)
+        late = []
+        waiter = asyncio.ensure_future(asyncio.to_thread(
+            podman, "wait", container, check=False, timeout=120))
+        while not waiter.done():
+            late.append(asyncio.ensure_future(late_call()))
+            await asyncio.wait([waiter], timeout=0.2)
+        outcomes = await asyncio.gather(*burst, return_exceptions=True)
+        late_outcomes = await asyncio.gather(*late, return_exceptions=True)
+    waited = waiter.result()
+    exit_s = round(time.monotonic() - t_signal, 1)
+    try:
+        exit_code = int(waited.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        exit_code = None
+    burst_doc, late_doc = classify(outcomes), classify(late_outcomes)
+    drained = burst_doc["ok"] == burst_doc["sent"]
+    ok = (kill.returncode == 0 and in_flight > 0 and burst_doc["lost"] == 0 and late_doc["lost"] == 0
+          and exit_code == 0 and (drained or not require_drained))
+    return {"ok": ok, "burst": burst_doc, "in_flight_at_sigterm": in_flight, "all_reached_server": reached_all,
+            "burst_to_sigterm_s": round(t_signal - t_burst, 2), "late_calls_after_sigterm": late_doc,
+            "sigterm_to_exit_s": exit_s, "exit_code": exit_code, "drained": drained,
+            "drain_required": require_drained,
+            "kill": kill.stderr.strip() or "sent", **({} if in_flight else {"problem": "the burst was done before "
+                                                                                       "SIGTERM: nothing tested"})}
+
+
+# ------------------------------------------------------------------------------------ main --
+
+def start_container(name: str, port: int, metrics_port: int, extra_env: list[str]) -> dict:
+    podman("rm", "-f", "--ignore", name, check=False)
+    cmd = ["podman", "run", "-d", "--name", name, "--network=host",
+           "--read-only", "--read-only-tmpfs=false", "--tmpfs", "/tmp:rw,nosuid,nodev,size=64m,mode=1777",
+           "--user", f"{UID}:{UID}", "--cap-drop=all", "--security-opt", "no-new-privileges",
+           "--health-interval", "disable",  # no systemd timers here: the health check is run by hand below
+           "-e", "ATTNSERVE_HOST=127.0.0.1", "-e", f"ATTNSERVE_PORT={port}",
+           "-e", f"ATTNSERVE_METRICS_PORT={metrics_port}", *[a for e in extra_env for a in ("-e", e)], IMAGE]
+    run(cmd)
+    return {"name": name, "grpc": f"127.0.0.1:{port}", "metrics": f"http://127.0.0.1:{metrics_port}/metrics",
+            "run": " ".join(cmd[2:])}
+
+
+def check_container_facts(name: str) -> dict:
+    """From outside: the server process's uid, a read-only root filesystem (a write is refused)."""
+    fmt = "{{.State.Pid}} {{.HostConfig.ReadonlyRootfs}} {{.Config.User}}"
+    pid, readonly, user = podman("inspect", name, "--format", fmt).stdout.split()
+    status = Path(f"/proc/{pid}/status").read_text()
+    uids = re.search(r"^Uid:\s+(.*)$", status, re.MULTILINE).group(1).split()
+    write = podman("exec", name, "/bin/sh", "-c", "touch /probe", check=False)
+    tmp = podman("exec", name, "/bin/sh", "-c", "touch /tmp/probe && rm /tmp/probe", check=False)
+    return {"ok": set(uids) == {str(UID)} and readonly == "true" and write.returncode != 0 and tmp.returncode == 0,
+            "uids": sorted(set(uids)), "config_user": user, "read_only_rootfs": readonly == "true",
+            "write_to_root": write.stderr.strip() or f"rc {write.returncode}", "tmp_writable": tmp.returncode == 0}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--base-image", help="build on this image instead of a debootstrapped Debian "
+                                         "(e.g. python:3.11.14-slim-trixie where a registry is reachable)")
+    ap.add_argument("--suite", help="Debian suite to debootstrap (default: the machine's, from its apt sources)")
+    ap.add_argument("--mirror", help="Debian mirror (default: the machine's, from its apt sources)")
+    ap.add_argument("--fresh-base", action="store_true", help="debootstrap again even if the base is cached")
+    ap.add_argument("--no-cache", action="store_true", help="build every Dockerfile step again (podman --no-cache)")
+    ap.add_argument("--git-ref", help="build a commit's files (git archive) instead of the working tree")
+    ap.add_argument("--burst", type=int, default=200, help="concurrent Transduce calls in flight at SIGTERM")
+    ap.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
+                    help="more server settings, e.g. ATTNSERVE_GRACE_PERIOD_S=0 (repeatable)")
+    ap.add_argument("--ready-timeout-s", type=float, default=180)
+    ap.add_argument("--keep", action="store_true", help="leave the stopped container (default: removed)")
+    args = ap.parse_args(argv)
+
+    if os.geteuid() != 0:
+        print("container-check needs root (apt-get, debootstrap, rootful podman): run it as root "
+              "or with sudo", file=sys.stderr)
+        return 2
+    WORK.mkdir(parents=True, exist_ok=True)
+    lock = open(WORK / ".lock", "w")  # one run at a time: they share the base, its rootfs and the image tag
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    name = f"attnserve-check-{os.getpid()}"
+    summary: dict = {"ok": False, "checks": {}}
+    t_start = time.monotonic()
+
+    def on_signal(signum, _frame):
+        raise SystemExit(128 + signum)  # through the finally below: the container is removed
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGHUP, on_signal)
+    try:
+        summary["tools"] = ensure_tools()
+        summary["tools"].update(podman_env())
+        if args.base_image:
+            summary["base"] = {"image": args.base_image, "source": "given"}
+        else:
+            summary["base"] = {"source": "debootstrap", **ensure_base(args)}
+        summary["build"] = build(summary["base"]["image"], args)
+        port, metrics_port = free_port(), free_port()
+        summary["container"] = start_container(name, port, metrics_port, args.env)
+        address = f"127.0.0.1:{port}"
+        summary["container"]["ready_s"] = grpc_ready(address, args.ready_timeout_s, name)
+        checks = summary["checks"]
+        checks["non_root_read_only"] = check_container_facts(name)
+        checks["health"] = check_health(address)
+        checks["image_healthcheck"] = check_image_healthcheck(name)
+        checks["transduce_attention"] = check_transduce(address)
+        checks["metrics"] = check_metrics(metrics_port)
+        require_drained = not any(e.startswith(("ATTNSERVE_LAME_DUCK_S=", "ATTNSERVE_GRACE_PERIOD_S="))
+                                  for e in args.env)
+        checks["sigterm_mid_burst"] = asyncio.run(sigterm_mid_burst(address, metrics_port, name, args.burst,
+                                                                    require_drained))
+        summary["ok"] = all(c["ok"] for c in checks.values())
+    except Exception as e:  # noqa: BLE001 - every failure ends in the summary, and exit 1
+        summary["error"] = f"{type(e).__name__}: {e}"
+    finally:
+        if podman("container", "exists", name, check=False).returncode == 0:
+            with open(WORK / "server.log", "w") as out:
+                subprocess.run(["podman", "logs", name], check=False, stdout=out, stderr=subprocess.STDOUT)
+            summary.setdefault("container", {})["log"] = str((WORK / "server.log").relative_to(REPO))
+            if not args.keep:
+                podman("rm", "-f", name, check=False)
+        summary["total_s"] = round(time.monotonic() - t_start, 1)
+        SUMMARY.parent.mkdir(parents=True, exist_ok=True)
+        SUMMARY.write_text(json.dumps(summary, indent=2) + "\n")
+    print_summary(summary)
+    return 0 if summary["ok"] else 1
+
+
+def print_summary(s: dict) -> None:
+    base, build_ = s.get("base", {}), s.get("build", {})
+    how = ""
+    if base.get("source") == "debootstrap":
+        how = " (cached)" if base.get("cached") else f" (debootstrap {base.get('debootstrap_s')} s)"
+    lines = [f"base      {base.get('image')}{how}"]
+    if build_:
+        lines.append(f"build     {build_['seconds']} s ({build_['steps_from_cache']}/{build_['steps']} steps "
+                     f"from cache), image {build_['image_size_mb']} MB")
+    c = s.get("checks", {})
+
+    def mark(key: str) -> str:
+        return "PASS" if c.get(key, {}).get("ok") else "FAIL"
+    if "non_root_read_only" in c:
+        f = c["non_root_read_only"]
+        lines.append(f"{mark('non_root_read_only')}  uid {','.join(f['uids'])}, read-only root "
+                     f"{f['read_only_rootfs']} (write: {f['write_to_root']}), /tmp writable {f['tmp_writable']}")
+    if "health" in c:
+        lines.append(f"{mark('health')}  gRPC health {c['health']['status']} (ready after "
+                     f"{s['container'].get('ready_s')} s); image HEALTHCHECK: "
+                     f"{c.get('image_healthcheck', {}).get('result')} [{mark('image_healthcheck')}]")
+    if "transduce_attention" in c:
+        t = c["transduce_attention"]
+        lines.append(f"{mark('transduce_attention')}  Transduce {t.get('outputs')} attention "
+                     f"{t.get('attention_shapes')} {t.get('problems') or t.get('error') or ''}")
+    if "metrics" in c:
+        m = c["metrics"]
+        lines.append(f"{mark('metrics')}  /metrics: {m.get('attnserve_samples')} attnserve_ samples in "
+                     f"{m.get('families')} families {m.get('error', '')}")
+    if "sigterm_mid_burst" in c:
+        b = c["sigterm_mid_burst"]
+        lines.append(f"{mark('sigterm_mid_burst')}  SIGTERM with {b['in_flight_at_sigterm']} of {b['burst']['sent']} "
+                     f"calls in flight: ok {b['burst']['ok']}, refused {b['burst']['refused_unavailable']}, lost "
+                     f"{b['burst']['lost']}; late calls ok {b['late_calls_after_sigterm']['ok']}, refused "
+                     f"{b['late_calls_after_sigterm']['refused_unavailable']}, lost "
+                     f"{b['late_calls_after_sigterm']['lost']}; exit code {b['exit_code']} after "
+                     f"{b['sigterm_to_exit_s']} s" + ("" if b["drained"] or not b["drain_required"]
+                                                       else " (in-flight calls refused, not drained)"))
+    if "error" in s:
+        lines.append(f"ERROR  {s['error']}")
+    lines.append(f"{'OK' if s['ok'] else 'FAILED'} in {s.get('total_s')} s; summary in "
+                 f"{SUMMARY.relative_to(REPO)}")
+    print("\n".join("[container-check] " + line for line in lines), flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
