@@ -127,12 +127,17 @@ class RepositoryConfig:
 
     model_version: str = ""  # pin a version directory; "" = the highest numeric version
     model_poll_s: float = 0.0  # look for a newer version this often and hot-reload it; 0 = off
+    # models/<name>/overrides.tsv, a model's own words, is read at load, on ReloadModel and when this
+    # often its mtime has changed; 0 = only at load and on ReloadModel
+    overrides_poll_s: float = 2.0
 
     def __post_init__(self):
         if self.model_version and not (self.model_version.isascii() and self.model_version.isdigit()):
             raise ValueError(f"model_version must be a version directory name (digits), got {self.model_version!r}")
         if self.model_poll_s < 0:
             raise ValueError(f"model_poll_s must be >= 0 (0 = off), got {self.model_poll_s}")
+        if self.overrides_poll_s < 0:
+            raise ValueError(f"overrides_poll_s must be >= 0 (0 = off), got {self.overrides_poll_s}")
 
 
 @dataclass(frozen=True)

@@ -66,6 +66,15 @@ class Metrics:
                                            "Models of the repository that failed to load (at start-up, on a load, or when polling found them).", ["model"],
                                            registry=r)
 
+        # Where inputs were answered from: the model, the bundle's lexicon or the model's overrides.
+        self.answers = Counter("attnserve_answers", "Inputs answered, by origin (MODEL, LEXICON, OVERRIDE).",
+                               ["model", "origin"], registry=r)
+        self.overrides_loads = Counter("attnserve_overrides_loads",
+                                       "Overrides files read, by result (ok, refused: the previous stay in force).",
+                                       ["model", "result"], registry=r)
+        self.overrides_entries = Gauge("attnserve_overrides_entries", "Sources in the model's overrides in force.",
+                                       m, registry=r)
+
     def for_model(self, model: str) -> ModelMetrics:
         return ModelMetrics(self, model)
 
@@ -85,11 +94,14 @@ class ModelMetrics:
     same attribute names as Metrics, so that they need not know which model they serve."""
 
     PER_MODEL = ("inputs", "batch_size", "batch_seconds", "queue_wait_seconds", "queue_depth", "decode_steps",
-                 "generated_tokens", "model_load_seconds", "decode_row_steps", "decode_row_steps_after_cancel")
+                 "generated_tokens", "model_load_seconds", "decode_row_steps", "decode_row_steps_after_cancel",
+                 "overrides_entries")
 
     def __init__(self, metrics: Metrics, model: str):
         for name in self.PER_MODEL:
             setattr(self, name, getattr(metrics, name).labels(model))
         self.admission_refusals = _WithModel(metrics.admission_refusals, model)
         self.model_reloads = _WithModel(metrics.model_reloads, model)
+        self.answers = _WithModel(metrics.answers, model)
+        self.overrides_loads = _WithModel(metrics.overrides_loads, model)
         self.model_info = metrics.model_info

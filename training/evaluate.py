@@ -39,7 +39,8 @@ def hyps_from_server(addr: str, sources: list, src_tokens: str, batch: int, time
             chunk = sources[i:i + batch]
             reply = stub.Transduce(pb.TransduceRequest(
                 inputs=[source_text(s, src_tokens) for s in chunk], model_name=model,
-                options=pb.DecodeOptions(return_attention=False, beam_size=beam_size,
+                # the model's own quality: never the lexicon's answer for a dictionary word
+                options=pb.DecodeOptions(return_attention=False, beam_size=beam_size, bypass_lexicon=True,
                                          length_penalty_alpha=alpha)), timeout=timeout_s)
             hyps.update({s: list(r.output_tokens) for s, r in zip(chunk, reply.results)})
     return hyps

@@ -27,6 +27,7 @@ import torch.nn as nn
 from training.data import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Vocab, load_cmudict, load_tsv, references
 from training.ensemble import Ensemble, check_members, held_out_data
 from training.evaluate import evaluate_engine
+from training.lexicon import write_lexicon
 from training.model import DecoderState, ModelConfig, Seq2Seq
 from training.train import collate
 
@@ -200,8 +201,10 @@ def parity(model: Seq2Seq, engine, sources: list[tuple[str, ...]], src_vocab: Vo
     return {"words": len(sources), "output_mismatches": mismatches, "max_attn_abs_diff": max_diff}
 
 
-def build_bundle(checkpoint: Path | list[Path], out: Path, name: str, version: str, parity_words: int) -> dict:
-    """Export one checkpoint, or the ensemble of several, to a bundle with its parity checks and metrics."""
+def build_bundle(checkpoint: Path | list[Path], out: Path, name: str, version: str, parity_words: int,
+                 lexicon: bool = True) -> dict:
+    """Export one checkpoint, or the ensemble of several, to a bundle with its parity checks and metrics
+    (and, unless told not to, its corpus as the lexicon the server answers first)."""
     import onnx
     import onnxruntime
 
@@ -233,6 +236,8 @@ def build_bundle(checkpoint: Path | list[Path], out: Path, name: str, version: s
         "versions": {"torch": torch.__version__, "onnx": onnx.__version__, "onnxruntime": onnxruntime.__version__,
                      "python": platform.python_version()},
     }
+    if lexicon:
+        manifest = write_lexicon(out, manifest)  # every pair of the corpus: the server answers those first
     write_manifest(out, manifest)
     # Parity through both ways the server decodes: the Python step loop (continuous batching,
     # beam search) and the ONNX Loop (request-level batching); the engine's metrics use the Loop.
@@ -263,9 +268,11 @@ def main(argv=None):
     p.add_argument("--out", type=Path, required=True, help="bundle directory, models/<name>/<version>")
     p.add_argument("--name", help="model name (default: the parent directory of --out)")
     p.add_argument("--parity-words", type=int, default=2000)
+    p.add_argument("--no-lexicon", action="store_true", help="ship no lexicon: every input is decoded by the model")
     args = p.parse_args(argv)
     name = args.name or args.out.parent.name
-    manifest = build_bundle(args.checkpoint, args.out, name, args.out.name, args.parity_words)
+    manifest = build_bundle(args.checkpoint, args.out, name, args.out.name, args.parity_words,
+                            lexicon=not args.no_lexicon)
     par = manifest["parity"]
     print(json.dumps({"parity": par, "metrics": manifest["metrics"]}, indent=2))
     if not parity_ok(par):

@@ -70,6 +70,7 @@ class DecodeOptions:
     # (one-hot on the argmax) or topk (the top_k largest weights, renormalised). See Engine.
     attention_mode: str = "soft"
     top_k: int = 0  # attention_mode "topk" only
+    bypass_lexicon: bool = False  # decode with the model even where the lexicon has the input
 
     def __post_init__(self):
         if self.max_output_len < 0:
@@ -109,6 +110,8 @@ class Decoded:
     finished: bool  # emitted </s> before the length limit
     rank_score: float | None = None  # beam search: the length-normalised score it was ranked by
     self_attn: np.ndarray | None = None  # (heads, S, S) the encoder's self-attention, when the model has it
+    token_log_probs: list[float] | None = None  # teacher forcing: log p of each output token, </s> last
+    origin: str = "MODEL"  # MODEL (decoded), LEXICON or OVERRIDE (a given pronunciation, forced through)
 
     @property
     def steps(self) -> int:
@@ -217,6 +220,7 @@ class Engine:
         self.src_vocab: list[str] = m["src_vocab"]
         self.tgt_vocab: list[str] = m["tgt_vocab"]
         self._src_index = {t: i for i, t in enumerate(self.src_vocab)}
+        self._tgt_index = {t: i for i, t in enumerate(self.tgt_vocab)}
         ids = m["special_ids"]
         self.pad_id, self.bos_id, self.eos_id, self.unk_id = ids["pad"], ids["bos"], ids["eos"], ids["unk"]
         self.src_tokens_kind: str = m["data"]["src_tokens"]  # chars | words
@@ -247,6 +251,20 @@ class Engine:
         if self.lowercase:
             text = text.lower()
         return list(text) if self.src_tokens_kind == "chars" else text.split()
+
+    def tokenize_target(self, text: str) -> list[str]:
+        return list(text) if self.tgt_joiner == "" else text.split()
+
+    def target_ids(self, tokens: list[str]) -> list[int]:
+        """A given output's ids; ValueError naming a symbol the model cannot emit."""
+        specials = {self.pad_id, self.bos_id, self.eos_id, self.unk_id}
+        ids = []
+        for i, t in enumerate(tokens):
+            j = self._tgt_index.get(t)
+            if j is None or j in specials:
+                raise ValueError(f"symbol {t!r} at position {i} is not in the model's output vocabulary")
+            ids.append(j)
+        return ids
 
     def encode(self, sources: list[list[str]], top_k: list[int] | None = None) -> "Running":
         """Run the encoder over tokenized, non-empty sources; rows start at <s>.

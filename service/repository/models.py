@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 from service.scheduling.batcher import Batcher, make_batcher
+from service.scheduling.lexicon import Lexicon, LexiconError, read_tsv
 from service.engine.bundle import MANIFEST, Bundle, BundleError, load_bundle, resolve
 from service.config import Config
 from service.engine.engine import Engine, EngineConfig
@@ -27,6 +28,7 @@ from service.tasks import cancel_and_wait
 
 log = logging.getLogger("attnserve")
 WARMUP_WORDS = ["warmup", "a", "attention"]
+OVERRIDES = "overrides.tsv"  # a model's own words, next to its versions: models/<name>/overrides.tsv
 
 
 def warm_engine(bundle: Bundle, cfg: EngineConfig) -> Engine:
@@ -34,6 +36,32 @@ def warm_engine(bundle: Bundle, cfg: EngineConfig) -> Engine:
     engine = Engine(bundle, cfg)
     engine.warm_up([engine.tokenize(w) for w in WARMUP_WORDS])
     return engine
+
+
+def read_lexicon(bundle: Bundle, engine: Engine) -> Lexicon:
+    """The bundle's lexicon (manifest `lexicon.file`), checked against the model's vocabulary."""
+    spec = bundle.manifest.get("lexicon")
+    if not spec:
+        return Lexicon()
+    try:
+        return Lexicon(read_tsv(bundle.path / spec["file"], engine.tokenize, engine.tokenize_target,
+                                engine.target_ids, unique=False))
+    except LexiconError as e:
+        raise BundleError(bundle.path, f"its lexicon is refused: {e}") from None
+
+
+def read_overrides(path: Path, engine: Engine) -> dict:
+    """A model's overrides file; {} when there is none; LexiconError naming file:line when bad."""
+    if not path.is_file():
+        return {}
+    return read_tsv(path, engine.tokenize, engine.tokenize_target, engine.target_ids, unique=True)
+
+
+def _mtime(path: Path) -> float | None:
+    try:
+        return path.stat().st_mtime_ns
+    except OSError:
+        return None
 
 
 def _manifest_mtime(path: Path) -> float | None:
@@ -58,6 +86,9 @@ class ModelManager:
         self._seen_latest: Path | None = None
         # path -> its manifest's mtime when refused: not tried again until the manifest changes
         self._refused: dict[Path, float | None] = {}
+        self.overrides_path = self.model_dir / OVERRIDES
+        self._overrides_seen: float | None = None  # the overrides file's mtime when last read
+        self._overrides_poller: asyncio.Task | None = None
 
     async def load(self, version: str = "") -> Bundle:
         """Serve `version` (default: the configured pin, else the highest version) and return its bundle.
@@ -82,13 +113,22 @@ class ModelManager:
             raise BundleError(bundle.path, f"its manifest names model {bundle.name!r}, not {self.name!r} (its directory)")
         current = self.bundle
         if current is not None and bundle.path == current.path and bundle.manifest == current.manifest:
+            await self.refresh_overrides()  # ReloadModel re-reads the overrides too
             return current  # already serving exactly these files
         try:
             engine = await loop.run_in_executor(None, warm_engine, bundle, self.cfg.engine)
         except Exception as e:  # onnxruntime's own exceptions for a broken graph, or a broken vocabulary
             log.error("%s: onnxruntime cannot load or run its graphs: %s: %s", bundle.path, type(e).__name__, e)
             raise BundleError(bundle.path, "cannot load or run its ONNX graphs, refusing it") from e
-        batcher = make_batcher(engine, self.cfg.batcher, self.metrics)
+        lexicon = await loop.run_in_executor(None, read_lexicon, bundle, engine)
+        overrides = self.batcher.lexicon.overrides if self.batcher is not None else {}
+        stamp = _mtime(self.overrides_path)
+        try:
+            overrides = await loop.run_in_executor(None, read_overrides, self.overrides_path, engine)
+            self._overrides_taken(overrides, stamp)
+        except LexiconError as e:
+            self._overrides_refused(e, stamp)
+        batcher = make_batcher(engine, self.cfg.batcher, self.metrics, lexicon.with_overrides(overrides))
         batcher.start()
         old = self.batcher
         self.batcher, self.bundle = batcher, bundle  # the swap: new calls go to the new version from here on
@@ -110,6 +150,37 @@ class ModelManager:
             await old.stop()
         return bundle
 
+    async def refresh_overrides(self) -> None:
+        """Re-read the overrides file if it changed; a bad one is refused and the previous stay."""
+        batcher, stamp = self.batcher, _mtime(self.overrides_path)
+        if batcher is None or stamp == self._overrides_seen:
+            return
+        try:
+            overrides = await asyncio.to_thread(read_overrides, self.overrides_path, batcher.engine)
+        except LexiconError as e:
+            self._overrides_refused(e, stamp)
+            return
+        # One assignment on the event loop: a call sees the old overrides or the new, whole.
+        batcher.lexicon = batcher.lexicon.with_overrides(overrides)
+        self._overrides_taken(overrides, stamp)
+        log.info("%s: overrides %s in force (%d sources)", self.name, self.overrides_path, len(overrides))
+
+    def _overrides_taken(self, overrides: dict, stamp) -> None:
+        self._overrides_seen = stamp
+        self.metrics.overrides_entries.set(len(overrides))
+        if stamp is not None:
+            self.metrics.overrides_loads.labels("ok").inc()
+
+    def _overrides_refused(self, e: LexiconError, stamp) -> None:
+        self._overrides_seen = stamp  # not tried again until the file changes
+        self.metrics.overrides_loads.labels("refused").inc()
+        log.error("%s: overrides refused, the previous stay in force: %s", self.name, e)
+
+    async def _poll_overrides(self) -> None:
+        while True:
+            await asyncio.sleep(self.cfg.repository.overrides_poll_s)
+            await self.refresh_overrides()
+
     def _latest(self) -> Path | None:
         try:
             return resolve(self.model_dir, self.cfg.repository.model_version)
@@ -119,6 +190,9 @@ class ModelManager:
     def start_polling(self) -> None:
         if self.cfg.repository.model_poll_s > 0 and self._poller is None:
             self._poller = asyncio.get_running_loop().create_task(self._poll(), name="attnserve-model-poll")
+        if self.cfg.repository.overrides_poll_s > 0 and self._overrides_poller is None:
+            self._overrides_poller = asyncio.get_running_loop().create_task(self._poll_overrides(),
+                                                                            name="attnserve-overrides-poll")
 
     async def _poll(self) -> None:
         while True:
@@ -139,6 +213,7 @@ class ModelManager:
 
     async def stop(self) -> None:
         await cancel_and_wait(self._poller)
-        self._poller = None
+        await cancel_and_wait(self._overrides_poller)
+        self._poller = self._overrides_poller = None
         if self.batcher is not None:
             await self.batcher.stop()

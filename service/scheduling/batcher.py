@@ -20,7 +20,7 @@ import threading
 import time
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -28,6 +28,8 @@ from service.scheduling.admission import ServiceRate, refusal
 from service.config import BatcherConfig
 from service.engine.beam import beam_search
 from service.engine.engine import GREEDY, Decoded, DecodeOptions, Engine, Running
+from service.engine.forced import force
+from service.scheduling.lexicon import Lexicon
 from service.metrics import ModelMetrics
 from service.tasks import cancel_and_wait
 
@@ -55,13 +57,15 @@ class _Item:
     future: asyncio.Future  # -> list[Decoded], best hypothesis first
     deadline_s: float | None = None  # the caller's, on time.perf_counter()'s clock
     enqueued_s: float = field(default_factory=time.perf_counter)
+    target: list[int] | None = None  # teacher forcing (Score, the lexicon): the given output's ids
 
 
 class Batcher:
-    def __init__(self, engine: Engine, cfg: BatcherConfig, metrics: ModelMetrics):
+    def __init__(self, engine: Engine, cfg: BatcherConfig, metrics: ModelMetrics, lexicon: Lexicon | None = None):
         self.engine = engine
         self.cfg = cfg
         self.metrics = metrics
+        self.lexicon = lexicon or Lexicon()  # replaced whole when the overrides change
         self._queue: deque[_Item] = deque()
         self._arrived = asyncio.Event()
         self._task: asyncio.Task | None = None
@@ -103,10 +107,46 @@ class Batcher:
                         deadline_s: float | None = None) -> list[list[Decoded]]:
         """Decode every text: per text its hypotheses, best first (one unless n_best > 1), in input order.
 
+        A text the lexicon (or the overrides) has comes back as its pronunciations, as many as
+        n_best asks, each forced through the model for its score and attention (origin set).
         Raises Overloaded at once when the call cannot be answered within its deadline
         (time.perf_counter() clock) or the queue's time bound. Cancelling the caller drops
         its sources from the queue and the running batch.
         """
+        sources = self._sources(texts, options)
+        lexicon = self.lexicon
+        work = []  # (input index, forced target or None, origin)
+        for i, tokens in enumerate(sources):
+            found = None if options.bypass_lexicon else lexicon.lookup(tokens)
+            if found is None:
+                work.append((i, None, "MODEL"))
+            else:
+                work += [(i, target, found[0]) for target in found[1][:options.n_best]]
+        results = await self._submit([(sources[i], target) for i, target, _ in work], options, deadline_s)
+        out: list[list[Decoded]] = [[] for _ in texts]
+        for (i, target, origin), hyps in zip(work, results):
+            out[i] += hyps if target is None else [replace(hyps[0], origin=origin)]
+        for hyps in out:
+            self.metrics.answers.labels(hyps[0].origin).inc()
+        return out
+
+    async def score(self, pairs: list[tuple[str, str]], options: DecodeOptions = GREEDY,
+                    deadline_s: float | None = None) -> list[Decoded]:
+        """The model's log-probabilities and attention of given (source, target text) pairs."""
+        sources = self._sources([source for source, _ in pairs], options)
+        targets = []
+        for i, (_, text) in enumerate(pairs):
+            tokens = self.engine.tokenize_target(text)
+            if not tokens:
+                raise InvalidInput(f"candidate {i} is empty")
+            try:
+                targets.append(self.engine.target_ids(tokens))
+            except ValueError as e:
+                raise InvalidInput(f"candidate {i} ({text!r}): {e}") from None
+        results = await self._submit(list(zip(sources, targets)), options, deadline_s)
+        return [hyps[0] for hyps in results]
+
+    def _sources(self, texts: list[str], options: DecodeOptions) -> list[list[str]]:
         if self._task is None:
             raise NotReady("model is not loaded yet")
         if options.attention_mode != "soft" and options.attention_mode not in self.engine.attention_modes:
@@ -116,16 +156,21 @@ class Batcher:
         for i, tokens in enumerate(sources):
             if not tokens:
                 raise InvalidInput(f"inputs[{i}] is empty after tokenization")
-        if len(self._queue) + len(sources) > self.cfg.max_queue_size:
+        return sources
+
+    async def _submit(self, work: list[tuple[list[str], list[int] | None]], options: DecodeOptions,
+                      deadline_s: float | None) -> list[list[Decoded]]:
+        """Admit (source, forced target or None) items, queue them and wait for every one."""
+        if len(self._queue) + len(work) > self.cfg.max_queue_size:
             self.metrics.admission_refusals.labels("queue_size").inc()
             raise Overloaded(f"queue is full ({len(self._queue)} of {self.cfg.max_queue_size} sources waiting)")
-        refused = refusal(len(self._queue), len(sources), self._room(), self.rate, deadline_s,
+        refused = refusal(len(self._queue), len(work), self._room(), self.rate, deadline_s,
                           self.cfg.max_queue_wait_ms)
         if refused is not None:
             self.metrics.admission_refusals.labels(refused[0]).inc()
             raise Overloaded(refused[1])
         loop = asyncio.get_running_loop()
-        items = [_Item(tokens, options, loop.create_future(), deadline_s) for tokens in sources]
+        items = [_Item(tokens, options, loop.create_future(), deadline_s, target=target) for tokens, target in work]
         self._queue.extend(items)
         self._pending.update(it.future for it in items)
         self.metrics.queue_depth.set(len(self._queue))
@@ -219,7 +264,13 @@ class Batcher:
     def _decode_whole(self, batch: list[_Item]) -> list[list[Decoded]]:
         """Worker thread: greedy items in one batch, beam items in one batch per option set."""
         results: list[list[Decoded] | None] = [None] * len(batch)
-        greedy = [i for i, it in enumerate(batch) if it.options.beam_size == 1]
+        forced = [i for i, it in enumerate(batch) if it.target is not None]
+        if forced:
+            scored = force(self.engine, [batch[i].tokens for i in forced], [batch[i].target for i in forced],
+                           [batch[i].options.attention_top_k for i in forced])
+            for i, d in zip(forced, scored):
+                results[i] = [d]
+        greedy = [i for i, it in enumerate(batch) if it.target is None and it.options.beam_size == 1]
         if greedy:
             decoded = self.engine.decode([batch[i].tokens for i in greedy],
                                          [batch[i].options.max_output_len for i in greedy],
@@ -230,7 +281,8 @@ class Batcher:
             self.metrics.decode_row_steps.inc(steps * len(greedy))
             for i, d in zip(greedy, decoded):
                 results[i] = [d]
-        for i, hyps in self._beam([(i, it) for i, it in enumerate(batch) if it.options.beam_size > 1]):
+        for i, hyps in self._beam([(i, it) for i, it in enumerate(batch)
+                                   if it.target is None and it.options.beam_size > 1]):
             results[i] = hyps
         for hyps in results:
             self.metrics.generated_tokens.inc(len(hyps[0].output_ids))
@@ -294,9 +346,9 @@ class ContinuousBatcher(Batcher):
                 continue
             joining = self._pop_live(self.cfg.max_batch_size - len(seqs)) if self._admit_now(seqs) else []
             started = time.perf_counter()
-            beams = [it for it in joining if it.options.beam_size > 1]
-            if beams:  # beam search runs as its own batch between steps
-                joining = [it for it in joining if it.options.beam_size == 1]
+            beams = [it for it in joining if it.options.beam_size > 1 or it.target is not None]
+            if beams:  # beam search and teacher forcing run as their own batch between steps
+                joining = [it for it in joining if it.options.beam_size == 1 and it.target is None]
                 self._deliver(self._outcomes(beams, self._decode_whole))
             # A cancelled caller's sequence leaves the batch before the next step.
             keep = [i for i, q in enumerate(seqs) if not q.item.future.done()]
@@ -393,5 +445,5 @@ def _resolve(outcomes: list[tuple[_Item, object]]) -> None:
             item.future.set_result(outcome)
 
 
-def make_batcher(engine: Engine, cfg: BatcherConfig, metrics: ModelMetrics) -> Batcher:
-    return (ContinuousBatcher if cfg.mode == "continuous" else Batcher)(engine, cfg, metrics)
+def make_batcher(engine: Engine, cfg: BatcherConfig, metrics: ModelMetrics, lexicon: Lexicon | None = None) -> Batcher:
+    return (ContinuousBatcher if cfg.mode == "continuous" else Batcher)(engine, cfg, metrics, lexicon)

@@ -17,6 +17,7 @@ from service.repository.repository import UnknownModel
 
 EOS_LABEL = "</s>"
 ATTENTION_MODE_OF = {pb.ATTENTION_MODE_SOFT: "soft", pb.ATTENTION_MODE_HARD: "hard", pb.ATTENTION_MODE_TOP_K: "topk"}
+ORIGIN_OF = {"MODEL": pb.ORIGIN_MODEL, "LEXICON": pb.ORIGIN_LEXICON, "OVERRIDE": pb.ORIGIN_OVERRIDE}
 
 
 class BadRequest(ValueError):
@@ -60,7 +61,7 @@ def parse_transduce(raw: bytes, limits: ServerConfig) -> TransduceCall:
                                 length_penalty_alpha=opts.length_penalty_alpha
                                 if opts.HasField("length_penalty_alpha") else 0.0,
                                 attention_mode=ATTENTION_MODE_OF.get(opts.attention_mode, str(opts.attention_mode)),
-                                top_k=opts.top_k)
+                                top_k=opts.top_k, bypass_lexicon=opts.bypass_lexicon)
     except ValueError as e:
         raise BadRequest(f"options.{e}") from None
     return TransduceCall(texts=list(req.inputs), options=options, request_id=req.request_id,
@@ -79,7 +80,8 @@ def to_result(hyps: list[Decoded], joiner: str, return_attention: bool) -> pb.Re
     d = hyps[0]
     result = pb.Result(output_tokens=d.output_tokens, output_text=joiner.join(d.output_tokens),
                        log_prob=d.score, finished=d.finished,
-                       score=d.score if d.rank_score is None else d.rank_score,
+                       score=d.score if d.rank_score is None else d.rank_score, origin=ORIGIN_OF[d.origin],
+                       token_log_probs=d.token_log_probs or [],
                        alternatives=[to_result([h], joiner, return_attention) for h in hyps[1:]])
     if return_attention and d.attn is not None:  # a model without attention has none to return
         T, S = d.attn.shape
@@ -92,6 +94,43 @@ def to_result(hyps: list[Decoded], joiner: str, return_attention: bool) -> pb.Re
 def to_response(results: list[list[Decoded]], call: TransduceCall, joiner: str, name: str, version: str):
     return pb.TransduceResponse(results=[to_result(hyps, joiner, call.return_attention) for hyps in results],
                                 model_name=name, model_version=version, request_id=call.request_id)
+
+
+@dataclass(frozen=True)
+class ScoreCall:
+    pairs: list[tuple[str, str]]  # (source, candidate), items flattened in order
+    counts: list[int]  # candidates per item, to regroup the results
+    return_attention: bool
+    model_name: str = ""
+    model_version: str = ""
+
+
+def parse_score(req: pb.ScoreRequest, limits: ServerConfig) -> ScoreCall:
+    if not req.items:
+        raise BadRequest("items is empty: send at least one source with its candidates")
+    pairs, counts = [], []
+    for i, item in enumerate(req.items):
+        if not item.source.strip():
+            raise BadRequest(f"items[{i}].source is empty")
+        if len(item.source) > limits.max_input_len:
+            raise BadRequest(f"items[{i}].source has {len(item.source)} characters; the limit is {limits.max_input_len}")
+        if not item.candidates:
+            raise BadRequest(f"items[{i}].candidates is empty")
+        pairs += [(item.source, c) for c in item.candidates]
+        counts.append(len(item.candidates))
+    if len(pairs) > limits.max_inputs_per_request:
+        raise BadRequest(f"{len(pairs)} candidates in all; at most {limits.max_inputs_per_request} per request")
+    return ScoreCall(pairs=pairs, counts=counts, model_name=req.model_name, model_version=req.model_version,
+                     return_attention=req.return_attention if req.HasField("return_attention") else True)
+
+
+def to_score_response(scored: list[Decoded], call: ScoreCall, joiner: str, name: str, version: str):
+    results, start = [], 0
+    for n in call.counts:
+        results.append(pb.ScoredItem(candidates=[to_result([d], joiner, call.return_attention)
+                                                 for d in scored[start:start + n]]))
+        start += n
+    return pb.ScoreResponse(results=results, model_name=name, model_version=version)
 
 
 def request_id_of(raw: bytes) -> str:

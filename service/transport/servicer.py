@@ -180,6 +180,18 @@ class TransducerServicer(ModelServicer):
         results = await batcher.transduce(call.texts, call.options, deadline_s)
         return convert.to_response(results, call, batcher.engine.tgt_joiner, bundle.name, bundle.version)
 
+    async def Score(self, request: pb.ScoreRequest, context) -> pb.ScoreResponse:
+        served = Served()
+        return await observe(self.metrics, "Score", served, context,
+                             self._score(request, deadline_of(context), served))
+
+    async def _score(self, request: pb.ScoreRequest, deadline_s: float | None, served: Served) -> pb.ScoreResponse:
+        call = convert.parse_score(request, self.limits)
+        batcher, bundle = self._ready(call.model_name, served)
+        convert.check_version(call.model_version, bundle.name, bundle.version)
+        scored = await batcher.score(call.pairs, deadline_s=deadline_s)
+        return convert.to_score_response(scored, call, batcher.engine.tgt_joiner, bundle.name, bundle.version)
+
     async def _model_info(self, name: str, served: Served) -> pb.ModelInfo:
         _, bundle = self._ready(name, served)
         return convert.to_model_info(bundle.manifest)
@@ -200,4 +212,7 @@ def handler(servicer: TransducerServicer) -> grpc.GenericRpcHandler:
         "ListModels": grpc.unary_unary_rpc_method_handler(
             servicer.ListModels, request_deserializer=pb.ListModelsRequest.FromString,
             response_serializer=pb.ListModelsResponse.SerializeToString),
+        "Score": grpc.unary_unary_rpc_method_handler(
+            servicer.Score, request_deserializer=pb.ScoreRequest.FromString,
+            response_serializer=pb.ScoreResponse.SerializeToString),
     })

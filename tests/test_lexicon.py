@@ -1,0 +1,191 @@
+"""The dictionary first, the user's own words, and scoring of given outputs (teacher forcing).
+
+Score's numbers are checked against the PyTorch model's teacher-forced log-probabilities, and its
+attention against the decoder's own when the candidate is the greedy output. The lexicon and the
+overrides are checked end to end over gRPC on a real server, an overrides change under load too.
+"""
+import asyncio
+import shutil
+
+import grpc
+import numpy as np
+import pytest
+import pytest_asyncio
+import torch
+
+from attnserve.v1 import attnserve_pb2 as pb, attnserve_pb2_grpc as pbg
+from service.engine.bundle import load_bundle, write_manifest
+from service.engine.engine import Engine, EngineConfig
+from service.engine.forced import force
+from service.scheduling.lexicon import LexiconError, read_tsv
+from tests.live import serving
+from tests.test_server import config
+from training.data import load_tsv
+from training.export import load_checkpoint
+from training.lexicon import write_lexicon
+from training.train import collate
+
+
+@pytest.fixture(scope="module")
+def lexicon_model(tiny_bundle, tmp_path_factory):
+    """The tiny model with its corpus as its lexicon, as export ships it."""
+    model_dir = tmp_path_factory.mktemp("lex") / "tiny"
+    shutil.copytree(tiny_bundle, model_dir)
+    bundle = load_bundle(model_dir)
+    write_manifest(bundle.path, write_lexicon(bundle.path, {k: v for k, v in bundle.manifest.items() if k != "files"}))
+    return model_dir
+
+
+@pytest.fixture(scope="module")
+def corpus(lexicon_model):
+    data = load_bundle(lexicon_model).manifest["data"]
+    splits = load_tsv(data["path"], data["src_tokens"], data["tgt_tokens"])
+    by_word = {}
+    for split in ("train", "dev", "test"):
+        for p in splits[split]:
+            by_word.setdefault("".join(p.src), []).append(" ".join(p.tgt))
+    return by_word
+
+
+def test_forced_scores_equal_pytorch_teacher_forcing_and_greedy_attention(tiny_bundle):
+    bundle = load_bundle(tiny_bundle)
+    engine = Engine(bundle, EngineConfig(intra_op_threads=1, greedy_loop="python"))
+    model, ckpt = load_checkpoint(bundle.path / "checkpoint.pt")
+    model.eval()
+    words = ["knight", "attention", "a", "phoenix"]
+    sources = [engine.tokenize(w) for w in words]
+    greedy = engine.decode(sources)
+    candidates = [d.output_ids for d in greedy] + [engine.target_ids(["N", "AY", "T"])] * 4
+    forced = force(engine, sources + sources, candidates)
+    # PyTorch: logits for <s> + target, log_softmax, the log-probability of target + </s>
+    src_index = {t: i for i, t in enumerate(ckpt["src_vocab"])}
+    src, src_len, tgt_in, tgt_out = collate([([src_index[c] for c in s], list(c))
+                                             for s, c in zip(sources + sources, candidates)])
+    with torch.no_grad():
+        log_probs = torch.log_softmax(model(src, src_len, tgt_in), dim=-1)  # (B, T, V)
+    for b, d in enumerate(forced):
+        n = len(candidates[b]) + 1
+        ref = log_probs[b, torch.arange(n), tgt_out[b, :n]].double().numpy()
+        assert np.allclose(d.token_log_probs, ref, atol=1e-4), (b, d.token_log_probs, ref)
+        assert d.score == pytest.approx(float(ref.sum()), abs=1e-4)
+    for b, g in enumerate(greedy):  # the greedy output forced back: the decoder's own attention and score
+        assert forced[b].output_ids == g.output_ids and forced[b].attn.shape == g.attn.shape
+        assert np.allclose(forced[b].attn, g.attn, atol=1e-5)
+        assert forced[b].score == pytest.approx(g.score, abs=1e-4)
+
+
+def test_bad_lexicon_lines_name_file_and_line(tmp_path, tiny_bundle):
+    engine = Engine(load_bundle(tiny_bundle), EngineConfig(intra_op_threads=1))
+    args = (engine.tokenize, engine.tokenize_target, engine.target_ids)
+    cases = {"knight\tN AY T\nfoo\tF XX\n": "2: symbol 'XX' at position 1",
+             "knight\tN AY T\nknight\tN IH T\n": "2: 'knight' is listed twice",
+             "knight\n": "1: expected source<TAB>target",
+             "knight\t \n": "1: expected source<TAB>target",
+             "\tN\n": "1: expected"}
+    for i, (text, message) in enumerate(cases.items()):
+        path = tmp_path / f"o{i}.tsv"
+        path.write_text(text)
+        with pytest.raises(LexiconError, match=message) as e:
+            read_tsv(path, *args, unique=True)
+        assert f"o{i}.tsv:" in str(e.value)
+    path = tmp_path / "lex.tsv"
+    path.write_text("# comment\n\nknight\tN AY T\nknight\tK N AY T\n")
+    assert read_tsv(path, *args, unique=False) == {tuple("knight"): [engine.target_ids("N AY T".split()),
+                                                                       engine.target_ids("K N AY T".split())]}
+
+
+@pytest_asyncio.fixture(loop_scope="session", scope="module")
+async def server(lexicon_model):
+    cfg = config(lexicon_model)
+    cfg = type(cfg)(model_dir=cfg.model_dir, server=cfg.server, batcher=cfg.batcher,
+                    repository=type(cfg.repository)(overrides_poll_s=0.1))
+    async with serving(cfg) as s:
+        yield s
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def stub(server):
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{server.port}") as channel:
+        yield pbg.TransducerStub(channel)
+
+
+async def test_dictionary_words_come_back_as_the_dictionary_has_them(stub, corpus):
+    words = [w for w, prons in corpus.items() if len(prons) >= 2][:3] + [next(iter(corpus))]
+    reply = await stub.Transduce(pb.TransduceRequest(inputs=words, options=pb.DecodeOptions(n_best=4, beam_size=4)))
+    for word, r in zip(words, reply.results):
+        hyps = [r, *r.alternatives]
+        assert [h.output_text for h in hyps] == corpus[word][:4]  # every pronunciation, in the corpus's order
+        for h in hyps:
+            assert h.origin == pb.ORIGIN_LEXICON
+            assert h.attention.rows == len(h.output_tokens) + 1 and h.attention.cols == len(word)
+            assert len(h.token_log_probs) == h.attention.rows
+            assert h.log_prob == pytest.approx(sum(h.token_log_probs), abs=1e-6)
+    bypass = await stub.Transduce(pb.TransduceRequest(inputs=words, options=pb.DecodeOptions(bypass_lexicon=True)))
+    assert all(r.origin == pb.ORIGIN_MODEL and not r.token_log_probs for r in bypass.results)
+    unknown = await stub.Transduce(pb.TransduceRequest(inputs=["zzqxv"]))
+    assert unknown.results[0].origin == pb.ORIGIN_MODEL
+
+
+async def test_score_ranks_given_candidates_with_their_attention(stub):
+    reply = await stub.Score(pb.ScoreRequest(items=[
+        pb.ScoreItem(source="knight", candidates=["N AY T", "K N IH G T"]), pb.ScoreItem(source="a", candidates=["AH"])]))
+    assert [len(item.candidates) for item in reply.results] == [2, 1]
+    good, bad = reply.results[0].candidates
+    assert good.output_text == "N AY T" and good.log_prob > bad.log_prob
+    assert bad.attention.rows == 6 and bad.attention.cols == 6 and len(bad.token_log_probs) == 6
+    for request, message in [
+            (pb.ScoreRequest(), "items is empty"),
+            (pb.ScoreRequest(items=[pb.ScoreItem(source="a")]), "candidates is empty"),
+            (pb.ScoreRequest(items=[pb.ScoreItem(source="a", candidates=["AH QQ"])]), "symbol 'QQ' at position 1"),
+            (pb.ScoreRequest(items=[pb.ScoreItem(source="a", candidates=["<s>"])]), "'<s>'"),
+            (pb.ScoreRequest(items=[pb.ScoreItem(source="", candidates=["AH"])]), "source is empty"),
+            (pb.ScoreRequest(items=[pb.ScoreItem(source="a", candidates=["AH"] * 9)]), "at most 8")]:
+        with pytest.raises(grpc.aio.AioRpcError) as e:
+            await stub.Score(request)
+        assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT and message in e.value.details(), e.value.details()
+
+
+async def test_overrides_win_are_refused_when_bad_and_change_under_load(server, stub, lexicon_model, corpus):
+    word = next(w for w in corpus if len(w) > 3)
+    overrides = lexicon_model / "overrides.tsv"
+    stop, counts = asyncio.Event(), {"ok": 0, "failed": 0, "texts": set()}
+
+    async def load():
+        while not stop.is_set():
+            try:
+                r = await stub.Transduce(pb.TransduceRequest(inputs=[word, "knight"]), timeout=10)
+                counts["ok"] += 1
+                counts["texts"].add((r.results[0].output_text, r.results[0].origin))
+            except grpc.aio.AioRpcError:
+                counts["failed"] += 1
+
+    async def answer():
+        return (await stub.Transduce(pb.TransduceRequest(inputs=[word]))).results[0]
+
+    async def until(predicate):
+        for _ in range(100):
+            if predicate(await answer()):
+                return
+            await asyncio.sleep(0.05)
+        raise AssertionError("the overrides change was not picked up")
+
+    callers = [asyncio.create_task(load()) for _ in range(4)]
+    try:
+        overrides.write_text(f"{word}\tAH B AH\n")
+        await until(lambda r: r.output_text == "AH B AH" and r.origin == pb.ORIGIN_OVERRIDE)
+        overrides.write_text(f"{word}\tAH B AH\n{word}\tAH\n")  # a duplicate: refused, the previous stay
+        await asyncio.sleep(0.5)
+        assert (await answer()).output_text == "AH B AH"
+        overrides.write_text(f"{word}\tEH\n")
+        await until(lambda r: r.output_text == "EH")
+        overrides.unlink()
+        await until(lambda r: r.origin == pb.ORIGIN_LEXICON)
+    finally:
+        stop.set()
+        await asyncio.gather(*callers)
+    print(f"overrides under load: {counts['ok']} calls ok, {counts['failed']} failed, "
+          f"answers seen {sorted(counts['texts'])}")
+    assert counts["failed"] == 0 and counts["ok"] > 0
+    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value for fam in server.metrics.registry.collect()
+               for s in fam.samples if s.name == "attnserve_overrides_loads_total"}
+    assert samples[("attnserve_overrides_loads_total", (("model", "tiny"), ("result", "refused")))] == 1
