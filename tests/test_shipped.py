@@ -74,6 +74,29 @@ def test_client_json_and_png(served, tmp_path):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_dictionary_words_come_back_as_cmudict_has_them_and_the_model_is_one_flag_away(served):
+    _, addr = served
+    words = {"one": "W AH N", "though": "DH OW", "enough": "IH N AH F", "colonel": "K ER N AH L"}
+    data = json.loads(client(addr, *words, "--json").stdout)
+    for r in data["results"]:
+        assert (r["output_text"], r["origin"]) == (words[r["input"]], "LEXICON"), r["input"]
+        rows, cols = r["attention"]["rows"], r["attention"]["cols"]
+        assert (rows, cols) == (len(r["output_tokens"]) + 1, len(r["input"]))  # the model's forced alignment
+    model = json.loads(client(addr, *words, "--json", "--no-lexicon").stdout)
+    assert all(r["origin"] == "MODEL" for r in model["results"])
+    assert sum(r["output_text"] != words[r["input"]] for r in model["results"]) >= 3  # what the issue found
+
+
+def test_client_score_prints_both_candidates_best_first(served):
+    _, addr = served
+    out = subprocess.run([str(BIN / "attnserve-client"), "score", "knight", "N AY T", "K N IH G T", "--server", addr],
+                         capture_output=True, text=True, timeout=60, env={**os.environ, "COLUMNS": "120"})
+    assert out.returncode == 0, out.stderr
+    lines = [line for line in out.stdout.splitlines() if "->" in line]
+    assert [line.split("->")[1].split("log_prob")[0].strip() for line in lines] == ["N AY T", "K N IH G T"]
+    assert out.stdout.count("</s>") >= 4  # per-token line and heat map of each
+
+
 def test_sigterm_exits_cleanly(served):
     proc, _ = served
     proc.send_signal(signal.SIGTERM)

@@ -31,10 +31,15 @@ DEFAULT_SERVER = "localhost:50051"
 # Bulk conversion: inputs per Transduce call, and calls in flight at once (the server
 # batches concurrent calls together, so a few in flight keep its batches full).
 BULK_BATCH_SIZE, BULK_IN_FLIGHT = 64, 4
+ORIGIN_LABEL = {attnserve_pb2.ORIGIN_LEXICON: "lexicon", attnserve_pb2.ORIGIN_OVERRIDE: "override"}
+
+
 def _summary(input_text: str, result) -> Text:
     lp = result.log_prob
     line = Text.assemble((input_text, "bold"), " -> ", (result.output_text, "bold cyan"))
     line.append(f"   log_prob {lp:.4f}  p={math.exp(lp):.4f}")
+    if result.origin in ORIGIN_LABEL:  # a dictionary's answer, scored and aligned by the model
+        line.append(f"  [{ORIGIN_LABEL[result.origin]}]", style="green")
     if not result.finished:
         line.append("  (cut at the length limit)", style="yellow")
     return line
@@ -50,7 +55,7 @@ def _alternative(rank: int, result) -> Text:
 
 def _decode_options(args, return_attention: bool) -> attnserve_pb2.DecodeOptions:
     return attnserve_pb2.DecodeOptions(return_attention=return_attention, max_output_len=args.max_output_len,
-                                       beam_size=args.beam, n_best=args.n_best)
+                                       beam_size=args.beam, n_best=args.n_best, bypass_lexicon=args.no_lexicon)
 
 
 def read_inputs(path: str) -> list[str]:
@@ -152,6 +157,31 @@ def _cmd_transduce(stub, args) -> int:
     return 0
 
 
+def _cmd_score(stub, args) -> int:
+    """attnserve-client score knight "N AY T" "K N IH G T": the model's log-probability and
+    alignment of each given output."""
+    resp = stub.Score(attnserve_pb2.ScoreRequest(
+        items=[attnserve_pb2.ScoreItem(source=args.source, candidates=args.candidates)], model_name=args.model,
+        return_attention=not args.no_attention), **_rpc_kwargs(args))
+    scored = list(resp.results[0].candidates)
+    if args.json:
+        doc = {"model": {"name": resp.model_name, "version": resp.model_version},
+               "results": [{**result_to_dict(args.source, r), "token_log_probs": list(r.token_log_probs)}
+                           for r in scored]}
+        print(json.dumps(doc, indent=2, ensure_ascii=False))
+        return 0
+    console = Console()
+    console.print(Text(f"model {resp.model_name} {resp.model_version}", style="dim"))
+    for r in sorted(scored, key=lambda r: -r.log_prob):  # best first
+        console.print(_summary(args.source, r))
+        console.print(Text("   per token: " + "  ".join(f"{t} {lp:.2f}" for t, lp in zip(
+            [*r.output_tokens, "</s>"], r.token_log_probs)), style="dim"))
+        if not args.no_attention:
+            console.print(render_heatmap(r))
+            console.print()
+    return 0
+
+
 def _json_or_text(s: str):
     try:
         return json.loads(s) if s else None
@@ -244,7 +274,7 @@ def _build_parser() -> argparse.ArgumentParser:
     positive = _checked(int, lambda v: v >= 1, ">= 1")
 
     parser = argparse.ArgumentParser(prog="attnserve-client", description="Query an attnserve server.")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="{phonemes,info,models}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{phonemes,score,info,models}")
     t = sub.add_parser("phonemes", aliases=["transduce"], parents=[common],
                        help="transduce words (G2P: spelling -> phonemes) and show the attention")
     t.add_argument("words", nargs="*", metavar="WORD", help='inputs; a lone "-" reads them from stdin (as --file -)')
@@ -264,7 +294,14 @@ def _build_parser() -> argparse.ArgumentParser:
                           help="cap on output tokens (0: the server's limit)")
     t.add_argument("--png", metavar="FILE", help="also write the heat maps as one PNG image")
     t.add_argument("--no-attention", action="store_true", help="do not request the attention weights")
+    decoding.add_argument("--no-lexicon", action="store_true",
+                          help="decode with the model even for words the model's lexicon or overrides have")
     t.set_defaults(func=_cmd_transduce, check=_check_transduce_args)
+    sc = sub.add_parser("score", parents=[common], help="score given outputs: log-probabilities and alignment")
+    sc.add_argument("source", help="the input, e.g. knight")
+    sc.add_argument("candidates", nargs="+", metavar="CANDIDATE", help='outputs in the model\'s symbols, e.g. "N AY T"')
+    sc.add_argument("--no-attention", action="store_true", help="do not request the attention weights")
+    sc.set_defaults(func=_cmd_score)
     i = sub.add_parser("info", parents=[common], help="show the served model's name, version and metrics")
     i.set_defaults(func=_cmd_info)
     m = sub.add_parser("models", parents=[common], help="list the server's models: versions, served version, state")

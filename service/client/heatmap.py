@@ -52,7 +52,8 @@ def result_to_dict(input_text: str, result) -> dict:
     "alternatives" holds the other beam-search hypotheses (--n-best), each a dict like this one.
     """
     out = {"input": input_text, "output_tokens": list(result.output_tokens), "output_text": result.output_text,
-           "log_prob": result.log_prob, "score": result.score, "finished": result.finished, "attention": None,
+           "log_prob": result.log_prob, "score": result.score, "finished": result.finished,
+           "origin": ("MODEL", "LEXICON", "OVERRIDE")[result.origin], "attention": None,
            "alternatives": [result_to_dict(input_text, alt) for alt in result.alternatives]}
     if result.HasField("attention"):
         m, att = attention_matrix(result), result.attention
