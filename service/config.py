@@ -105,8 +105,13 @@ class BatcherConfig:
     # The queue's bound in time (service/scheduling/admission.py): a call whose expected wait, at the measured
     # service rate, exceeds this (or its own deadline) is refused at once. 0 = only deadlines bound it.
     max_queue_wait_ms: float = 2000.0
+    # Answers kept per model version (service/scheduling/cache.py), keyed by the tokenized input and
+    # every option; emptied when the overrides change. 0 = no cache.
+    cache_entries: int = 20000
 
     def __post_init__(self):
+        if self.cache_entries < 0:
+            raise ValueError(f"cache_entries must be >= 0 (0 = off), got {self.cache_entries}")
         if self.mode not in BATCHING_MODES:
             raise ValueError(f"mode must be one of {BATCHING_MODES}, got {self.mode!r}")
         if self.max_batch_size < 1:

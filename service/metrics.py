@@ -75,6 +75,13 @@ class Metrics:
         self.overrides_entries = Gauge("attnserve_overrides_entries", "Sources in the model's overrides in force.",
                                        m, registry=r)
 
+        self.cache_lookups = Counter("attnserve_cache_lookups", "Response cache lookups, by result (hit, miss).",
+                                     ["model", "result"], registry=r)
+        self.cache_evictions = Counter("attnserve_cache_evictions", "Answers evicted from a full response cache.",
+                                       m, registry=r)
+        self.cache_entries = Gauge("attnserve_cache_entries", "Answers in the response cache of the served version.",
+                                   m, registry=r)
+
     def for_model(self, model: str) -> ModelMetrics:
         return ModelMetrics(self, model)
 
@@ -95,7 +102,7 @@ class ModelMetrics:
 
     PER_MODEL = ("inputs", "batch_size", "batch_seconds", "queue_wait_seconds", "queue_depth", "decode_steps",
                  "generated_tokens", "model_load_seconds", "decode_row_steps", "decode_row_steps_after_cancel",
-                 "overrides_entries")
+                 "overrides_entries", "cache_evictions", "cache_entries")
 
     def __init__(self, metrics: Metrics, model: str):
         for name in self.PER_MODEL:
@@ -103,5 +110,6 @@ class ModelMetrics:
         self.admission_refusals = _WithModel(metrics.admission_refusals, model)
         self.model_reloads = _WithModel(metrics.model_reloads, model)
         self.answers = _WithModel(metrics.answers, model)
+        self.cache_lookups = _WithModel(metrics.cache_lookups, model)
         self.overrides_loads = _WithModel(metrics.overrides_loads, model)
         self.model_info = metrics.model_info

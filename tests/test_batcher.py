@@ -39,7 +39,8 @@ class FakeEngine:
 
 
 async def started(engine, **cfg):
-    b = Batcher(engine, BatcherConfig(**cfg), Metrics().for_model("m"))
+    # no response cache unless a test asks: these tests count what reaches the engine
+    b = Batcher(engine, BatcherConfig(**{"cache_entries": 0, **cfg}), Metrics().for_model("m"))
     b.start()
     return b
 
@@ -379,4 +380,39 @@ async def test_continuous_admission_counts_free_rows_and_refuses_what_the_queue_
         await b.transduce(["late"], deadline_s=time.perf_counter() + 0.05)
     assert time.perf_counter() - t0 < 0.005
     assert all(len(o) == 1 for o in await asyncio.gather(*busy))
+    await b.stop()
+
+
+async def test_the_response_cache_answers_repeats_without_the_engine_and_stays_bounded():
+    engine, metrics = FakeEngine(), Metrics()
+    b = Batcher(engine, BatcherConfig(max_batch_size=8, cache_entries=2), metrics.for_model("m"))
+    b.start()
+
+    def value(name, **labels):
+        return metrics.registry.get_sample_value(name, {"model": "m", **labels}) or 0
+
+    first = await b.transduce(["abc"])
+    again = await b.transduce(["abc"])
+    assert again == first and engine.batches == [["abc"]]  # the repeat never reached the engine
+    other = await b.transduce(["abc"], DecodeOptions(max_output_len=3))  # other options: another answer
+    assert other[0][0].output_tokens == first[0][0].output_tokens and len(engine.batches) == 2
+    await b.transduce(["xyz"])  # third entry: "abc" with default options is the least recently used
+    assert value("attnserve_cache_evictions_total") == 1 and value("attnserve_cache_entries") == 2
+    await b.transduce(["abc"])
+    assert len(engine.batches) == 4  # evicted, so decoded again
+    assert (value("attnserve_cache_lookups_total", result="hit"),
+            value("attnserve_cache_lookups_total", result="miss")) == (1, 4)
+    b.set_overrides({})  # the overrides changed: nothing cached survives
+    assert value("attnserve_cache_entries") == 0
+    await b.transduce(["xyz"])
+    assert len(engine.batches) == 5
+    await b.stop()
+
+
+async def test_no_cache_with_zero_entries():
+    engine = FakeEngine()
+    b = await started(engine, cache_entries=0)
+    for _ in range(3):
+        await b.transduce(["abc"])
+    assert len(engine.batches) == 3
     await b.stop()

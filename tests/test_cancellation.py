@@ -23,7 +23,7 @@ NO_ATTENTION = pb.DecodeOptions(return_attention=False, max_output_len=40)
 async def server(tiny_bundle):
     s = await start_loaded(Config(model_dir=tiny_bundle,
                                   server=ServerConfig(host="127.0.0.1", port=0, metrics_port=-1),
-                                  batcher=BatcherConfig(mode="continuous", max_batch_size=16)))
+                                  batcher=BatcherConfig(mode="continuous", max_batch_size=16, cache_entries=0)))
     engine = s.batcher.engine
     real_step = engine.step
 

@@ -32,7 +32,7 @@ def repository(tiny_bundle, tmp_path_factory):
 async def server(repository):
     cfg = Config(model_repository=repository, default_model="tiny",
                  server=ServerConfig(host="127.0.0.1", port=0, metrics_port=-1, admin_without_token=True),
-                 batcher=BatcherConfig(max_batch_size=16))
+                 batcher=BatcherConfig(max_batch_size=16, cache_entries=0))
     async with serving(cfg) as s:
         yield s
 

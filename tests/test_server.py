@@ -25,7 +25,7 @@ def config(model_dir, mode="continuous", **server):
     return Config(model_dir=model_dir,
                   server=ServerConfig(host="127.0.0.1", port=0, metrics_port=0, max_inputs_per_request=8,
                                       max_input_len=20, **server),
-                  batcher=BatcherConfig(mode=mode, max_batch_size=32, max_wait_ms=20))
+                  batcher=BatcherConfig(mode=mode, max_batch_size=32, max_wait_ms=20, cache_entries=0))
 
 
 @pytest_asyncio.fixture(loop_scope="session", scope="module", params=["continuous", "request"])

@@ -160,8 +160,8 @@ class ModelManager:
         except LexiconError as e:
             self._overrides_refused(e, stamp)
             return
-        # One assignment on the event loop: a call sees the old overrides or the new, whole.
-        batcher.lexicon = batcher.lexicon.with_overrides(overrides)
+        # One step on the event loop: a call sees the old overrides or the new, whole.
+        batcher.set_overrides(overrides)
         self._overrides_taken(overrides, stamp)
         log.info("%s: overrides %s in force (%d sources)", self.name, self.overrides_path, len(overrides))
 

@@ -29,6 +29,7 @@ from service.config import BatcherConfig
 from service.engine.beam import beam_search
 from service.engine.engine import GREEDY, Decoded, DecodeOptions, Engine, Running
 from service.engine.forced import force
+from service.scheduling.cache import ResponseCache
 from service.scheduling.lexicon import Lexicon
 from service.metrics import ModelMetrics
 from service.tasks import cancel_and_wait
@@ -66,6 +67,7 @@ class Batcher:
         self.cfg = cfg
         self.metrics = metrics
         self.lexicon = lexicon or Lexicon()  # replaced whole when the overrides change
+        self.cache = ResponseCache(cfg.cache_entries, metrics)
         self._queue: deque[_Item] = deque()
         self._arrived = asyncio.Event()
         self._task: asyncio.Task | None = None
@@ -114,21 +116,35 @@ class Batcher:
         its sources from the queue and the running batch.
         """
         sources = self._sources(texts, options)
-        lexicon = self.lexicon
+        lexicon, cache = self.lexicon, self.cache
+        out: list[list[Decoded]] = [[] for _ in texts]
         work = []  # (input index, forced target or None, origin)
         for i, tokens in enumerate(sources):
+            cached = cache.get((tuple(tokens), options))
+            if cached is not None:
+                out[i] = cached
+                continue
             found = None if options.bypass_lexicon else lexicon.lookup(tokens)
             if found is None:
                 work.append((i, None, "MODEL"))
             else:
                 work += [(i, target, found[0]) for target in found[1][:options.n_best]]
-        results = await self._submit([(sources[i], target) for i, target, _ in work], options, deadline_s)
-        out: list[list[Decoded]] = [[] for _ in texts]
-        for (i, target, origin), hyps in zip(work, results):
-            out[i] += hyps if target is None else [replace(hyps[0], origin=origin)]
+        if work:
+            results = await self._submit([(sources[i], target) for i, target, _ in work], options, deadline_s)
+            for (i, target, origin), hyps in zip(work, results):
+                out[i] += hyps if target is None else [replace(hyps[0], origin=origin)]
+            if cache is self.cache:  # the overrides did not change meanwhile
+                for i in sorted({i for i, _, _ in work}):
+                    cache.put((tuple(sources[i]), options), out[i])
         for hyps in out:
             self.metrics.answers.labels(hyps[0].origin).inc()
         return out
+
+    def set_overrides(self, overrides: dict) -> None:
+        """The model's overrides changed: new lexicon, empty cache (one step on the event loop)."""
+        self.lexicon = self.lexicon.with_overrides(overrides)
+        self.cache = ResponseCache(self.cfg.cache_entries, self.metrics)
+        self.metrics.cache_entries.set(0)
 
     async def score(self, pairs: list[tuple[str, str]], options: DecodeOptions = GREEDY,
                     deadline_s: float | None = None) -> list[Decoded]:
