@@ -24,7 +24,7 @@ from pathlib import Path
 from prometheus_client.parser import text_string_to_metric_families
 
 from bench.overload import METHOD, write_requests
-from bench.run import BIN, Server, free_port
+from bench.run import BIN, MODEL_ONLY, Server, free_port
 from service.engine.bundle import MANIFEST, load_bundle, write_manifest
 from training.evaluate import load_refs
 
@@ -67,7 +67,7 @@ def measure(bundle_dir: Path, binary: str, seconds: float) -> dict:
         write_requests(tmp / "b16.bin", B, words, per_request=16)
         metrics_port = free_port()
         with Server([str(BIN / "attnserve-server"), "--model-repository", str(tmp / "models"),
-                     "--default-model", A, "--metrics-port", str(metrics_port)]) as server:
+                     "--default-model", A, "--metrics-port", str(metrics_port), *MODEL_ONLY]) as server:
             result(loadgen(binary, server, tmp / "b1.bin", 2, 4))  # warm-up
             unloaded = result(loadgen(binary, server, tmp / "b1.bin", seconds / 2, 1))
             a = loadgen(binary, server, tmp / "a16.bin", seconds, 16)

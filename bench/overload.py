@@ -28,7 +28,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.run import BIN, Server, proc_cpu_seconds
+from bench.run import BIN, MODEL_ONLY, Server, proc_cpu_seconds
 from inference import grpc_service_pb2 as kpb
 from service.engine.bundle import load_bundle
 from training.evaluate import load_refs
@@ -106,7 +106,7 @@ def markdown(r: dict) -> str:
 
 def measure(args, bundle, requests: Path, server_flags: list[str]) -> dict:
     """Capacity, then each offered factor of it, against one fresh server process."""
-    with Server([str(BIN / "attnserve-server"), "--model-dir", str(bundle.path), "--metrics-port", "-1",
+    with Server([str(BIN / "attnserve-server"), "--model-dir", str(bundle.path), "--metrics-port", "-1", *MODEL_ONLY,
                  *server_flags]) as server:
         drive(args.loadgen, server, requests, 2.0, 10_000, concurrency=64)  # warm-up
         cap_run = drive(args.loadgen, server, requests, args.seconds, 10_000, concurrency=64)

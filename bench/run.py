@@ -30,6 +30,10 @@ BIN = Path(sys.executable).parent
 OPEN_LOOP_FRACTIONS = (0.3, 0.5, 0.7, 0.9)
 
 
+# The model's own speed: no lexicon answers, no cached ones (bench/realtraffic.py measures those).
+MODEL_ONLY = ["--lexicon", "false", "--cache-entries", "0"]
+
+
 def free_port() -> int:
     import socket
 
@@ -164,7 +168,7 @@ def main(argv=None):
         r["echo_unloaded"] = load(echo, str(words_file), d / 2, mode="echo", concurrency=1)
 
     server_argv = [str(BIN / "attnserve-server"), "--model-dir", str(bundle.path), "--host", "127.0.0.1",
-                   "--metrics-port", "-1"]
+                   "--metrics-port", "-1", *MODEL_ONLY]
     for mode in ("continuous", "request"):
         print(f"attnserve, {mode} batching", flush=True)
         with Server(server_argv + ["--mode", mode]) as s:

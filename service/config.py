@@ -108,6 +108,9 @@ class BatcherConfig:
     # Answers kept per model version (service/scheduling/cache.py), keyed by the tokenized input and
     # every option; emptied when the overrides change. 0 = no cache.
     cache_entries: int = 20000
+    # Answer an input the bundle's lexicon or the model's overrides have from them (forced through
+    # the model for score and attention); false: every input is decoded (a request can also bypass).
+    lexicon: bool = True
 
     def __post_init__(self):
         if self.cache_entries < 0:

@@ -124,7 +124,7 @@ class Batcher:
             if cached is not None:
                 out[i] = cached
                 continue
-            found = None if options.bypass_lexicon else lexicon.lookup(tokens)
+            found = None if options.bypass_lexicon or not self.cfg.lexicon else lexicon.lookup(tokens)
             if found is None:
                 work.append((i, None, "MODEL"))
             else:
