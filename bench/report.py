@@ -107,6 +107,12 @@ def markdown(r: dict, rows: list[dict]) -> str:
         from bench.fairness import lines as fairness_lines
 
         lines += ["", "Two models in one server (bench/fairness.py):", ""] + fairness_lines(r["fairness"])
+    if "real_traffic" in r:
+        from bench.realtraffic import lines as real_traffic_lines
+
+        lines += ["", "Real traffic: English words by their frequency in running text, lexicon and response cache "
+                  "on and off (bench/realtraffic.py; E is this run's engine ceiling):", ""]
+        lines += real_traffic_lines(r["real_traffic"])
     lines += ["", "| in-process engine | words/s |", "|---|---|"]
     lines += [f"| {k} | {v:.0f} |" for k, v in r["engine"].items()]
     lines += ["", "Greedy decoding in one ONNX Loop call vs one decoder-graph call per step (request-level "

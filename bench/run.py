@@ -194,6 +194,11 @@ def main(argv=None):
     from bench import fairness
 
     r["fairness"] = fairness.measure(bundle.path, args.loadgen, d)
+    print("real traffic: English words by their frequency, lexicon and cache on and off (bench/realtraffic.py)",
+          flush=True)
+    from bench import realtraffic
+
+    r["real_traffic"] = realtraffic.measure(bundle, d, r["engine"], echo_unloaded=r["echo_unloaded"])
     write_report(r, Path(args.out))
 
 
