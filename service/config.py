@@ -138,6 +138,8 @@ class RepositoryConfig:
     # models/<name>/overrides.tsv, a model's own words, is read at load, on ReloadModel and when this
     # often its mtime has changed; 0 = only at load and on ReloadModel
     overrides_poll_s: float = 2.0
+    # Where the overrides live instead, as <dir>/<model name>.tsv (a mounted Kubernetes ConfigMap); "" = beside the versions
+    overrides_dir: str = ""
 
     def __post_init__(self):
         if self.model_version and not (self.model_version.isascii() and self.model_version.isdigit()):

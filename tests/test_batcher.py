@@ -24,8 +24,13 @@ class FakeEngine:
         self.gate = threading.Event()
         self.gate.set()
 
+    src_tokens_kind = "words"  # no compound splitting (service/scheduling/compound.py): one text, one source
+
     def tokenize(self, text):
         return list(text.strip())
+
+    def unknown_symbols(self, tokens):
+        return []
 
     def decode(self, sources, max_output_lens=None, top_k=None):
         self.gate.wait(5)
@@ -207,6 +212,7 @@ class StepEngine:
 
     eos_id = EOS
     tgt_joiner = ""
+    src_tokens_kind = "words"  # as FakeEngine: no compound splitting
 
     def __init__(self, max_output_len=40, step_s=0.0):
         self.cfg = EngineConfig(max_output_len=max_output_len)
@@ -217,6 +223,9 @@ class StepEngine:
 
     def tokenize(self, text):
         return list(text)
+
+    def unknown_symbols(self, tokens):
+        return []
 
     def limit(self, max_output_len):
         return min(max_output_len or self.cfg.max_output_len, self.cfg.max_output_len)

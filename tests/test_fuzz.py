@@ -6,6 +6,7 @@ NOT_FOUND; RESOURCE_EXHAUSTED is always allowed) - never UNKNOWN, INTERNAL or a 
 lone surrogates (invalid UTF-8 once encoded), which no protobuf library would send.
 """
 import math
+import re
 from collections import Counter
 from dataclasses import dataclass
 
@@ -87,10 +88,11 @@ def valid_options(draw) -> pb.DecodeOptions:
     return o
 
 
-# Requests that should succeed, on the same odd alphabet but surrogates: a good share of
-# the examples must reach the model, not just the validation.
+# Requests that should succeed: a good share of the examples must reach the model, not just
+# the validation.
+# The model's alphabet (a symbol outside it is refused), with spaces and hyphens between words.
 VALID_TEXT = st.text(st.one_of(st.characters(min_codepoint=ord("a"), max_codepoint=ord("z")),
-                               st.characters(exclude_categories=["Cs"])),
+                               st.sampled_from(["'", " ", "-", "\t"])),
                      min_size=1, max_size=MAX_INPUT_LEN).filter(str.strip)
 VALID_SPEC = st.builds(Spec, inputs=st.lists(VALID_TEXT, min_size=1, max_size=MAX_INPUTS),
                        model_name=st.sampled_from(["", "tiny"]), model_version=st.sampled_from(["", "1"]),
@@ -128,6 +130,19 @@ def has_surrogate(text: str) -> bool:
     return any(0xD800 <= ord(c) <= 0xDFFF for c in text)
 
 
+ALPHABET: set[str] = set()  # the tiny model's source symbols, set by the test from its manifest
+
+
+def words_of(text: str) -> list[str]:
+    """The words the server answers an input as: several when spaces or hyphens (outside the
+    alphabet) separate them (service/scheduling/compound.py), else the stripped input."""
+    stripped = text.strip()
+    seps = set("".join(re.findall(r"[\s\-]+", stripped)))
+    if not seps or seps & ALPHABET:
+        return [stripped]
+    return [w for w in re.split(r"[\s\-]+", stripped) if w]
+
+
 def deserved(spec: Spec) -> set[grpc.StatusCode]:
     """The statuses the request may get: one of its faults, or OK when it has none."""
     if any(has_surrogate(t) for t in [*spec.inputs, spec.model_name, spec.model_version, spec.request_id]):
@@ -140,7 +155,9 @@ def deserved(spec: Spec) -> set[grpc.StatusCode]:
     alpha = o.length_penalty_alpha if o.HasField("length_penalty_alpha") else 0.0  # float32 as the server sees it
     if (not spec.inputs or len(spec.inputs) > MAX_INPUTS
             or any(not t.strip() or len(t) > MAX_INPUT_LEN for t in spec.inputs)
-            or not 1 <= beam <= 16 or not 1 <= n_best <= beam or not 0.0 <= alpha <= 4.0):
+            or not 1 <= beam <= 16 or not 1 <= n_best <= beam or not 0.0 <= alpha <= 4.0
+            or any(c not in ALPHABET for t in spec.inputs for w in words_of(t) for c in w)  # outside the alphabet
+            or any(not words_of(t) for t in spec.inputs)):  # separators and nothing else
         faults.add(INVALID)
     return faults or {OK}
 
@@ -153,16 +170,19 @@ def check_response(reply: pb.TransduceResponse, inputs: list[str], o: pb.DecodeO
     limit = min(o.max_output_len or MAX_OUTPUT_LEN, MAX_OUTPUT_LEN)
     for text, r in zip(inputs, reply.results):
         hyps = [r, *r.alternatives]
-        assert len(hyps) == n_best
+        words = words_of(text)
+        compound = words != [text.strip()]
+        assert len(hyps) == (1 if compound else n_best)  # several words: one joined answer
         assert [h.score for h in hyps] == sorted((h.score for h in hyps), reverse=True)
         for h in hyps:
-            assert len(h.output_tokens) <= limit and set(h.output_tokens) <= tgt_vocab
+            assert len(h.output_tokens) <= limit * len(words) and set(h.output_tokens) <= tgt_vocab  # per word
             assert math.isfinite(h.log_prob) and h.log_prob <= 1e-6
             if not (o.return_attention if o.HasField("return_attention") else True):
                 assert not h.HasField("attention")
                 continue
             a = h.attention
-            assert "".join(a.source_labels) == (text.lower() if lowercase else text) and a.cols == len(a.source_labels)
+            assert "".join(a.source_labels) == (text.lower() if lowercase else text).strip()
+            assert a.cols == len(a.source_labels)
             assert a.rows == len(a.target_labels) == len(h.output_tokens) + (1 if h.finished else 0)
             m = np.array(a.weights, dtype=np.float64).reshape(a.rows, a.cols)
             assert np.isfinite(m).all() and np.allclose(m.sum(axis=1), 1.0, atol=1e-4)
@@ -183,6 +203,7 @@ def live(tiny_bundle):
 def test_generated_requests_get_a_result_or_a_proper_status(live, tiny_bundle, capsys):
     manifest = load_bundle(tiny_bundle).manifest
     lowercase, tgt_vocab = bool(manifest.get("lowercase_input")), set(manifest["tgt_vocab"])
+    ALPHABET.update(t for i, t in enumerate(manifest["src_vocab"]) if i not in manifest["special_ids"].values())
     raw_transduce = live.unary_unary(f"/{SERVICE_NAME}/Transduce")  # bytes in, bytes out
     outcomes: Counter = Counter()
 

@@ -236,3 +236,36 @@ async def test_token_guards_everything_but_metrics_health_and_the_page(tiny_bund
         got, _ = await _status(h, "POST", "/v2/models/tiny/infer", json=_infer(),
                                headers={"Authorization": "Bearer s3cret-token-of-16+"})
         assert got == 200
+
+
+async def test_scoring_over_both_bindings_equals_the_native_score_rpc(http, channel):
+    texts, targets = ["knight", "knight", "a"], ["N AY T", "K N IH G T", "AH"]
+    native = await pbg.TransducerStub(channel).Score(pb.ScoreRequest(model_name="tiny", items=[
+        pb.ScoreItem(source=s, candidates=[t]) for s, t in zip(texts, targets)]))
+    body = {"inputs": [{"name": "TEXT", "datatype": "BYTES", "shape": [3], "data": texts},
+                       {"name": "TARGET", "datatype": "BYTES", "shape": [3], "data": targets}]}
+    async with http.post("/v2/models/tiny/infer", json=body) as r:
+        assert r.status == 200, await r.text()
+        rest = {o["name"]: o for o in (await r.json())["outputs"]}
+    req = _kserve_request(texts)
+    target = req.inputs.add(name="TARGET", datatype="BYTES", shape=[3])
+    target.contents.bytes_contents.extend(t.encode() for t in targets)
+    kserve = await kpbg.GRPCInferenceServiceStub(channel).ModelInfer(req)
+    grpc_out = {o.name: (list(o.shape), raw) for o, raw in zip(kserve.outputs, kserve.raw_output_contents)}
+    assert set(rest) == set(grpc_out) == set(OUTPUTS) | {"TOKEN_LOG_PROBS"}
+    assert rest["OUTPUT"]["data"] == targets
+    T = rest["TOKEN_LOG_PROBS"]["shape"][1]
+    token_lp = np.array(rest["TOKEN_LOG_PROBS"]["data"]).reshape(3, T)
+    assert np.array_equal(token_lp.astype("<f4"), np.frombuffer(grpc_out["TOKEN_LOG_PROBS"][1], "<f4").reshape(3, T))
+    for b, item in enumerate(native.results):
+        (c,) = item.candidates
+        assert rest["SCORE"]["data"][b] == pytest.approx(c.log_prob, abs=1e-5)
+        assert np.allclose(token_lp[b, :len(c.token_log_probs)], c.token_log_probs, atol=1e-5)
+    assert rest["SCORE"]["data"][0] > rest["SCORE"]["data"][1]
+    bad = {"inputs": body["inputs"][:1] + [{"name": "TARGET", "datatype": "BYTES", "shape": [1], "data": ["AH"]}]}
+    got, reply = await _status(http, "POST", "/v2/models/tiny/infer", json=bad)
+    assert got == 400 and "one candidate each" in reply["error"]
+    bad = {"inputs": body["inputs"][:1] + [{"name": "TARGET", "datatype": "BYTES", "shape": [3],
+                                             "data": ["N AY T", "QQ", "AH"]}]}
+    got, reply = await _status(http, "POST", "/v2/models/tiny/infer", json=bad)
+    assert got == 400 and "'QQ'" in reply["error"], reply

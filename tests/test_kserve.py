@@ -160,8 +160,8 @@ def _request(texts=(b"ok",), shape=None, datatype="BYTES", name="TEXT", raw=None
 
 
 @pytest.mark.parametrize("request_,message", [
-    (kpb.ModelInferRequest(model_name="tiny"), r"exactly one tensor named TEXT, got \[\]"),
-    (_request(name="WORDS"), r"exactly one tensor named TEXT, got \['WORDS'\]"),
+    (kpb.ModelInferRequest(model_name="tiny"), r"inputs must be TEXT, or TEXT and TARGET; got \[\]"),
+    (_request(name="WORDS"), r"inputs must be TEXT, or TEXT and TARGET; got \['WORDS'\]"),
     (_request(shape=[1, 1]), r"TEXT has shape \[1, 1\]; expected \[B\]"),
     (_request(shape=[2]), "bytes_contents has 1 elements; shape says 2"),
     (_request(texts=[b"ok", b"  "]), r"TEXT\[1\] is empty"),

@@ -189,3 +189,65 @@ async def test_overrides_win_are_refused_when_bad_and_change_under_load(server, 
     samples = {(s.name, tuple(sorted(s.labels.items()))): s.value for fam in server.metrics.registry.collect()
                for s in fam.samples if s.name == "attnserve_overrides_loads_total"}
     assert samples[("attnserve_overrides_loads_total", (("model", "tiny"), ("result", "refused")))] == 1
+
+
+# ------------------------------------------------------------ inputs outside the alphabet --
+
+@pytest_asyncio.fixture(loop_scope="session", scope="module")
+async def normalizing(tiny_bundle, tmp_path_factory):
+    """The tiny model declaring the G2P normalization (accents removed, lower case), no lexicon."""
+    from tests.live import copy_bundle
+
+    model_dir = tmp_path_factory.mktemp("norm") / "tiny"
+    copy_bundle(tiny_bundle / "1", model_dir / "1", source_normalization="nfkd-strip-accents-lower")
+    async with serving(config(model_dir)) as s, grpc.aio.insecure_channel(f"127.0.0.1:{s.port}") as channel:
+        yield pbg.TransducerStub(channel)
+
+
+async def transduce(stub, *texts, **options):
+    return (await stub.Transduce(pb.TransduceRequest(inputs=list(texts), options=pb.DecodeOptions(**options)))).results
+
+
+async def test_accents_and_case_are_normalized_as_the_bundle_declares(normalizing):
+    plain, accented, upper = await transduce(normalizing, "cafe", "café", "CAFÉ")
+    assert plain.output_text == accented.output_text == upper.output_text
+    assert list(accented.attention.source_labels) == list("cafe")
+
+
+async def test_a_symbol_outside_the_alphabet_is_refused_naming_it_or_flagged_on_request(normalizing):
+    with pytest.raises(grpc.aio.AioRpcError) as e:
+        await transduce(normalizing, "knight", "2nd")
+    assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "inputs[1] '2nd'" in e.value.details() and "'2' at position 0" in e.value.details(), e.value.details()
+    (r,) = await transduce(normalizing, "2nd", allow_unknown_symbols=True)
+    assert list(r.unknown_positions) == [0] and r.output_tokens
+    (r,) = await transduce(normalizing, "second", allow_unknown_symbols=True)
+    assert not r.unknown_positions
+
+
+async def test_several_words_are_converted_each_and_joined(normalizing):
+    new, york, both, hyphen = await transduce(normalizing, "new", "york", "New York", "new-york")
+    for r in (both, hyphen):
+        assert r.output_text == f"{new.output_text} {york.output_text}"
+        assert r.log_prob == pytest.approx(new.log_prob + york.log_prob, abs=1e-5)
+        a = np.array(r.attention.weights).reshape(r.attention.rows, r.attention.cols)
+        assert a.shape == (len(new.output_tokens) + len(york.output_tokens) + 1, 8)
+        assert np.allclose(a.sum(axis=1), 1, atol=1e-4)  # each row still a distribution
+        assert not a[:, 3].any()  # the separator's column
+        assert not a[:len(new.output_tokens), 4:].any() and not a[len(new.output_tokens):, :3].any()  # blocks
+    (r,) = await transduce(normalizing, "new 2", allow_unknown_symbols=True)
+    assert list(r.unknown_positions) == [4]
+    with pytest.raises(grpc.aio.AioRpcError) as e:
+        await transduce(normalizing, "new 2")
+    assert "'2' at position 4" in e.value.details()
+
+
+async def test_overrides_from_a_mounted_directory(lexicon_model, tmp_path):
+    """--overrides-dir: <dir>/<model>.tsv, as a Kubernetes ConfigMap volume provides it."""
+    (tmp_path / "tiny.tsv").write_text("knight\tK N IH G T\n")
+    cfg = config(lexicon_model)
+    cfg = type(cfg)(model_dir=cfg.model_dir, server=cfg.server, batcher=cfg.batcher,
+                    repository=type(cfg.repository)(overrides_dir=str(tmp_path)))
+    async with serving(cfg) as s, grpc.aio.insecure_channel(f"127.0.0.1:{s.port}") as channel:
+        (r,) = await transduce(pbg.TransducerStub(channel), "knight")
+    assert (r.output_text, r.origin) == ("K N IH G T", pb.ORIGIN_OVERRIDE)

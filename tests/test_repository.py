@@ -149,8 +149,12 @@ async def test_stock_tritonclient_lists_loads_and_unloads_models_while_another_i
                 with pytest.raises(grpc.aio.AioRpcError) as gone:
                     await stub.Transduce(pb.TransduceRequest(inputs=["hello"], model_name="late"), timeout=10)
                 models = {m.name: m for m in (await stub.ListModels(pb.ListModelsRequest(), timeout=10)).models}
+                assert await triton("load", "late") is None  # and back again, still beside the load
+                again = await stub.Transduce(pb.TransduceRequest(inputs=["hello"], model_name="late"), timeout=10)
         missing = await triton("load", "no-such-model")
-    assert late.model_name == "late"
+        print(f"tritonclient load/unload/load of 'late' while 'tiny' was under load: {load.done} calls to tiny, "
+              f"{len(load.failed)} failed; {len(admitted)} calls admitted to 'late' before its unload all answered")
+    assert late.model_name == "late" and again.model_name == "late"
     assert all(not isinstance(a, Exception) for a in admitted), admitted  # admitted work finished
     assert gone.value.code() == grpc.StatusCode.NOT_FOUND
     assert load.failed == [] and load.done > 0  # the other model's callers

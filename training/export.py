@@ -224,6 +224,8 @@ def build_bundle(checkpoint: Path | list[Path], out: Path, name: str, version: s
         "src_vocab": src_vocab.itos, "tgt_vocab": tgt_vocab.itos,
         "special_ids": {"pad": PAD_ID, "bos": BOS_ID, "eos": EOS_ID, "unk": UNK_ID},
         "lowercase_input": data["corpus"] == "cmudict",
+        # what the server does to a source before tokenizing it (service/engine/engine.py NORMALIZATIONS)
+        "source_normalization": "nfkd-strip-accents-lower" if data["corpus"] == "cmudict" else "none",
         "max_output_len": max_len,
         "model_config": ckpt["model_config"], "train_config": ckpt["train_config"], "data": data,
         "training": training_summary(ckpt),

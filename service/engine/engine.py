@@ -15,6 +15,7 @@ parity check runs through the very graph that serves every mode.
 from __future__ import annotations
 
 import logging
+import unicodedata
 from dataclasses import dataclass
 
 import numpy as np
@@ -71,6 +72,7 @@ class DecodeOptions:
     attention_mode: str = "soft"
     top_k: int = 0  # attention_mode "topk" only
     bypass_lexicon: bool = False  # decode with the model even where the lexicon has the input
+    allow_unknown: bool = False  # decode symbols outside the alphabet as <unk> (flagged) instead of refusing
 
     def __post_init__(self):
         if self.max_output_len < 0:
@@ -112,6 +114,7 @@ class Decoded:
     self_attn: np.ndarray | None = None  # (heads, S, S) the encoder's self-attention, when the model has it
     token_log_probs: list[float] | None = None  # teacher forcing: log p of each output token, </s> last
     origin: str = "MODEL"  # MODEL (decoded), LEXICON or OVERRIDE (a given pronunciation, forced through)
+    unknown_positions: tuple[int, ...] = ()  # source positions outside the alphabet (allow_unknown)
 
     @property
     def steps(self) -> int:
@@ -212,6 +215,15 @@ def _session_options(threads: int) -> ort.SessionOptions:
     return opts
 
 
+def _strip_accents_lower(text: str) -> str:
+    """NFKD, combining marks dropped, lower case: café -> cafe, Ångström -> angstrom."""
+    return "".join(c for c in unicodedata.normalize("NFKD", text) if not unicodedata.combining(c)).lower()
+
+
+# A bundle's manifest names one (source_normalization); export writes it.
+NORMALIZATIONS = {"none": lambda t: t, "lower": str.lower, "nfkd-strip-accents-lower": _strip_accents_lower}
+
+
 class Engine:
     def __init__(self, bundle: Bundle, cfg: EngineConfig):
         m = bundle.manifest
@@ -226,6 +238,12 @@ class Engine:
         self.src_tokens_kind: str = m["data"]["src_tokens"]  # chars | words
         self.tgt_joiner = "" if m["data"]["tgt_tokens"] == "chars" else " "
         self.lowercase: bool = bool(m.get("lowercase_input", False))
+        # How sources are normalized before tokenizing (bundles from before this field: lower case or none).
+        self.normalization: str = m.get("source_normalization", "lower" if self.lowercase else "none")
+        if self.normalization not in NORMALIZATIONS:
+            raise ValueError(f"source_normalization {self.normalization!r} is not one of {sorted(NORMALIZATIONS)}")
+        self._specials = {self.pad_id, self.bos_id, self.eos_id, self.unk_id}
+        self.alphabet = {t for i, t in enumerate(self.src_vocab) if i not in self._specials}  # the source symbols
         opts = _session_options(cfg.intra_op_threads)
         providers = ["CPUExecutionProvider"]
         suffix = "" if cfg.precision == "fp32" else f".{cfg.precision}"
@@ -247,21 +265,26 @@ class Engine:
         self.attention_modes: tuple[str, ...] = (
             ("soft", "hard", "topk") if "top_k" in self._dec_inputs else ("soft",) if self.has_attention else ())
 
+    def normalize(self, text: str) -> str:
+        return NORMALIZATIONS[self.normalization](text)
+
     def tokenize(self, text: str) -> list[str]:
-        if self.lowercase:
-            text = text.lower()
+        text = self.normalize(text).strip()  # "knight\n" is knight
         return list(text) if self.src_tokens_kind == "chars" else text.split()
+
+    def unknown_symbols(self, tokens: list[str]) -> list[tuple[int, str]]:
+        """(position, symbol) of each source token outside the model's alphabet."""
+        return [(i, t) for i, t in enumerate(tokens) if self._src_index.get(t, self.unk_id) in self._specials]
 
     def tokenize_target(self, text: str) -> list[str]:
         return list(text) if self.tgt_joiner == "" else text.split()
 
     def target_ids(self, tokens: list[str]) -> list[int]:
         """A given output's ids; ValueError naming a symbol the model cannot emit."""
-        specials = {self.pad_id, self.bos_id, self.eos_id, self.unk_id}
         ids = []
         for i, t in enumerate(tokens):
             j = self._tgt_index.get(t)
-            if j is None or j in specials:
+            if j is None or j in self._specials:
                 raise ValueError(f"symbol {t!r} at position {i} is not in the model's output vocabulary")
             ids.append(j)
         return ids

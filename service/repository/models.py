@@ -86,7 +86,8 @@ class ModelManager:
         self._seen_latest: Path | None = None
         # path -> its manifest's mtime when refused: not tried again until the manifest changes
         self._refused: dict[Path, float | None] = {}
-        self.overrides_path = self.model_dir / OVERRIDES
+        self.overrides_path = (Path(cfg.repository.overrides_dir) / f"{name}.tsv" if cfg.repository.overrides_dir
+                               else self.model_dir / OVERRIDES)
         self._overrides_seen: float | None = None  # the overrides file's mtime when last read
         self._overrides_poller: asyncio.Task | None = None
 

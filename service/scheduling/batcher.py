@@ -30,6 +30,7 @@ from service.engine.beam import beam_search
 from service.engine.engine import GREEDY, Decoded, DecodeOptions, Engine, Running
 from service.engine.forced import force
 from service.scheduling.cache import ResponseCache
+from service.scheduling.compound import SEPARATORS, join_words, split_words
 from service.scheduling.lexicon import Lexicon
 from service.metrics import ModelMetrics
 from service.tasks import cancel_and_wait
@@ -110,14 +111,30 @@ class Batcher:
         """Decode every text: per text its hypotheses, best first (one unless n_best > 1), in input order.
 
         A text the lexicon (or the overrides) has comes back as its pronunciations, as many as
-        n_best asks, each forced through the model for its score and attention (origin set).
-        Raises Overloaded at once when the call cannot be answered within its deadline
-        (time.perf_counter() clock) or the queue's time bound. Cancelling the caller drops
-        its sources from the queue and the running batch.
+        n_best asks, each forced through the model for its score and attention (origin set); a
+        text of several words the model cannot separate itself is answered word by word and
+        joined (service/scheduling/compound.py). Raises Overloaded at once when the call cannot be
+        answered within its deadline (time.perf_counter() clock) or the queue's time bound.
+        Cancelling the caller drops its sources from the queue and the running batch.
         """
-        sources = self._sources(texts, options)
+        words = [self._words(t) for t in texts]  # None: not several words
+        sources = self._sources(texts, options, words)
+        if all(w is None for w in words):
+            return await self._answer(sources, options, deadline_s)
+        parts = [[tokens] if ws is None else [self.engine.tokenize(w) for w in ws] for tokens, ws in zip(sources, words)]
+        answers = await self._answer([p for ps in parts for p in ps], options, deadline_s)
+        out, k = [], 0
+        for tokens, ws, ps in zip(sources, words, parts):
+            part = answers[k:k + len(ps)]
+            k += len(ps)
+            out.append(part[0] if ws is None else [join_words(tokens, ps, [h[0] for h in part])])
+        return out
+
+    async def _answer(self, sources: list[list[str]], options: DecodeOptions,
+                      deadline_s: float | None) -> list[list[Decoded]]:
+        """Each source from the cache, else the lexicon (forced), else the model."""
         lexicon, cache = self.lexicon, self.cache
-        out: list[list[Decoded]] = [[] for _ in texts]
+        out: list[list[Decoded]] = [[] for _ in sources]
         work = []  # (input index, forced target or None, origin)
         for i, tokens in enumerate(sources):
             cached = cache.get((tuple(tokens), options))
@@ -133,8 +150,11 @@ class Batcher:
             results = await self._submit([(sources[i], target) for i, target, _ in work], options, deadline_s)
             for (i, target, origin), hyps in zip(work, results):
                 out[i] += hyps if target is None else [replace(hyps[0], origin=origin)]
-            if cache is self.cache:  # the overrides did not change meanwhile
-                for i in sorted({i for i, _, _ in work}):
+            for i in sorted({i for i, _, _ in work}):
+                unknown = tuple(p for p, _ in self.engine.unknown_symbols(sources[i]))
+                if unknown:  # allow_unknown: say where the model saw symbols it does not know
+                    out[i] = [replace(h, unknown_positions=unknown) for h in out[i]]
+                if cache is self.cache:  # the overrides did not change meanwhile
                     cache.put((tuple(sources[i]), options), out[i])
         for hyps in out:
             self.metrics.answers.labels(hyps[0].origin).inc()
@@ -162,7 +182,14 @@ class Batcher:
         results = await self._submit(list(zip(sources, targets)), options, deadline_s)
         return [hyps[0] for hyps in results]
 
-    def _sources(self, texts: list[str], options: DecodeOptions) -> list[list[str]]:
+    def _words(self, text: str) -> list[str] | None:
+        if self.engine.src_tokens_kind != "chars":
+            return None
+        return split_words(self.engine.normalize(text), self.engine.alphabet)
+
+    def _sources(self, texts: list[str], options: DecodeOptions, words: list[list[str]] | None = None) -> list[list[str]]:
+        """Tokenize and check: ready, attention mode, not empty, every symbol in the alphabet (but a
+        compound input's separators) unless options.allow_unknown."""
         if self._task is None:
             raise NotReady("model is not loaded yet")
         if options.attention_mode != "soft" and options.attention_mode not in self.engine.attention_modes:
@@ -172,6 +199,15 @@ class Batcher:
         for i, tokens in enumerate(sources):
             if not tokens:
                 raise InvalidInput(f"inputs[{i}] is empty after tokenization")
+            compound = words is not None and words[i] is not None
+            if compound and not words[i]:
+                raise InvalidInput(f"inputs[{i}] {texts[i]!r} holds no word, only separators")
+            unknown = [(p, t) for p, t in self.engine.unknown_symbols(tokens)
+                       if not (compound and SEPARATORS.fullmatch(t))]
+            if unknown and not options.allow_unknown:
+                shown = ", ".join(f"{t!r} at position {p}" for p, t in unknown[:5])
+                raise InvalidInput(f"inputs[{i}] {texts[i]!r} has symbols outside the model's alphabet: {shown} "
+                                   "(options.allow_unknown_symbols decodes them as unknown)")
         return sources
 
     async def _submit(self, work: list[tuple[list[str], list[int] | None]], options: DecodeOptions,

@@ -61,7 +61,8 @@ def parse_transduce(raw: bytes, limits: ServerConfig) -> TransduceCall:
                                 length_penalty_alpha=opts.length_penalty_alpha
                                 if opts.HasField("length_penalty_alpha") else 0.0,
                                 attention_mode=ATTENTION_MODE_OF.get(opts.attention_mode, str(opts.attention_mode)),
-                                top_k=opts.top_k, bypass_lexicon=opts.bypass_lexicon)
+                                top_k=opts.top_k, bypass_lexicon=opts.bypass_lexicon,
+                                allow_unknown=opts.allow_unknown_symbols)
     except ValueError as e:
         raise BadRequest(f"options.{e}") from None
     return TransduceCall(texts=list(req.inputs), options=options, request_id=req.request_id,
@@ -81,7 +82,7 @@ def to_result(hyps: list[Decoded], joiner: str, return_attention: bool) -> pb.Re
     result = pb.Result(output_tokens=d.output_tokens, output_text=joiner.join(d.output_tokens),
                        log_prob=d.score, finished=d.finished,
                        score=d.score if d.rank_score is None else d.rank_score, origin=ORIGIN_OF[d.origin],
-                       token_log_probs=d.token_log_probs or [],
+                       token_log_probs=d.token_log_probs or [], unknown_positions=d.unknown_positions,
                        alternatives=[to_result([h], joiner, return_attention) for h in hyps[1:]])
     if return_attention and d.attn is not None:  # a model without attention has none to return
         T, S = d.attn.shape

@@ -90,31 +90,39 @@ def parse_infer(body: dict, binary: bytes, limits: ServerConfig, bundle) -> tupl
     if not isinstance(body, dict):
         raise BadRequest("the request body must be a JSON object")
     inputs = body.get("inputs")
-    if not isinstance(inputs, list) or [t.get("name") if isinstance(t, dict) else None for t in inputs] != [oip.INPUT]:
-        raise BadRequest(f"inputs must be exactly one tensor named {oip.INPUT}")
-    tensor = inputs[0]
-    if tensor.get("datatype") != "BYTES":
-        raise BadRequest(f"{oip.INPUT} has datatype {tensor.get('datatype') or '(none)'}; expected BYTES")
-    shape = tensor.get("shape")
-    if not (isinstance(shape, list) and len(shape) == 1 and type(shape[0]) is int and shape[0] >= 1):
-        raise BadRequest(f"{oip.INPUT} has shape {shape}; expected [B] with B >= 1")
-    if shape[0] > limits.max_inputs_per_request:
-        raise BadRequest(f"{oip.INPUT} has {shape[0]} elements; at most {limits.max_inputs_per_request} per request")
-    size = (tensor.get("parameters") or {}).get("binary_data_size")
-    if size is not None:
-        if type(size) is not int or not 0 <= size <= len(binary) or "data" in tensor:
-            raise BadRequest(f"{oip.INPUT}: binary_data_size {size!r} does not fit the {len(binary)} binary bytes "
-                             "(and then the tensor may not carry data)")
-        items = oip.split_bytes_tensor(binary[:size], shape[0])
-    else:
-        items = _flatten(tensor.get("data"))
-        if len(items) != shape[0] or not all(isinstance(x, str) for x in items):
-            raise BadRequest(f"{oip.INPUT} data must hold {shape[0]} strings (its shape)")
+    if not isinstance(inputs, list) or not inputs or not all(isinstance(t, dict) for t in inputs):
+        raise BadRequest(f"inputs must be a list of tensors: {oip.INPUT}, or {oip.INPUT} and {oip.TARGET}")
+    tensors, offset = {}, 0
+    for tensor in inputs:
+        name = tensor.get("name")
+        if name not in (oip.INPUT, oip.TARGET) or name in tensors:
+            raise BadRequest(f"inputs must be {oip.INPUT}, or {oip.INPUT} and {oip.TARGET}; got "
+                             f"{[t.get('name') for t in inputs]}")
+        if tensor.get("datatype") != "BYTES":
+            raise BadRequest(f"{name} has datatype {tensor.get('datatype') or '(none)'}; expected BYTES")
+        shape = tensor.get("shape")
+        if not (isinstance(shape, list) and len(shape) == 1 and type(shape[0]) is int and shape[0] >= 1):
+            raise BadRequest(f"{name} has shape {shape}; expected [B] with B >= 1")
+        if shape[0] > limits.max_inputs_per_request:
+            raise BadRequest(f"{name} has {shape[0]} elements; at most {limits.max_inputs_per_request} per request")
+        size = (tensor.get("parameters") or {}).get("binary_data_size")
+        if size is not None:  # the binary extension: this tensor's bytes follow the previous ones'
+            if type(size) is not int or not 0 <= size <= len(binary) - offset or "data" in tensor:
+                raise BadRequest(f"{name}: binary_data_size {size!r} does not fit the {len(binary) - offset} binary "
+                                 "bytes left (and then the tensor may not carry data)")
+            tensors[name] = oip.split_bytes_tensor(binary[offset:offset + size], shape[0])
+            offset += size
+        else:
+            items = _flatten(tensor.get("data"))
+            if len(items) != shape[0] or not all(isinstance(x, str) for x in items):
+                raise BadRequest(f"{name} data must hold {shape[0]} strings (its shape)")
+            tensors[name] = items
+    texts, targets = oip.check_inputs(tensors, limits)
     params = body.get("parameters") or {}
     outputs = body.get("outputs") or []
     if not isinstance(params, dict) or not isinstance(outputs, list) or not all(isinstance(o, dict) for o in outputs):
         raise BadRequest("parameters must be an object and outputs a list of objects")
-    call = oip.check_call(oip.check_texts(items, limits), params, [o.get("name") for o in outputs], bundle)
+    call = oip.check_call(texts, params, [o.get("name") for o in outputs], bundle, targets)
     binary_all = params.get("binary_data_output") is True
     wanted = {o.get("name"): (o.get("parameters") or {}).get("binary_data", binary_all) for o in outputs}
     binary_out = {n for n in call.outputs if wanted.get(n, binary_all) is True}
@@ -248,7 +256,7 @@ class HttpFront:
             if timeout_us is not None and (type(timeout_us) is not int or timeout_us <= 0):
                 raise BadRequest(f"parameter timeout must be a positive int (microseconds), got {timeout_us!r}")
             deadline_s = None if timeout_us is None else time.perf_counter() + timeout_us / 1e6
-            hyps = await batcher.transduce(call.texts, call.options, deadline_s)
+            hyps = await oip.run(batcher, call, deadline_s)
             return infer_response(call, hyps, batcher.engine.tgt_joiner, bundle, body.get("id"), binary_out)
         model = [""]
         return await self._answer("ModelInfer", work(), model)

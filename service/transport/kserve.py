@@ -48,27 +48,30 @@ def _params(params) -> dict:
 def parse_infer(req: pb.ModelInferRequest, limits, bundle: Bundle) -> InferCall:
     """Validate a ModelInferRequest against the model's signature and the server's limits (its model
     and version were found and checked by the servicer)."""
-    names = [t.name for t in req.inputs]
-    if names != [INPUT]:
-        raise BadRequest(f"inputs must be exactly one tensor named {INPUT}, got {names}")
-    tensor = req.inputs[0]
-    if tensor.datatype != "BYTES":
-        raise BadRequest(f"{INPUT} has datatype {tensor.datatype or '(none)'}; expected BYTES")
-    if len(tensor.shape) != 1 or tensor.shape[0] < 1:
-        raise BadRequest(f"{INPUT} has shape {list(tensor.shape)}; expected [B] with B >= 1")
-    count = tensor.shape[0]
-    if count > limits.max_inputs_per_request:
-        raise BadRequest(f"{INPUT} has {count} elements; at most {limits.max_inputs_per_request} per request")
-    if req.raw_input_contents:
-        if len(req.raw_input_contents) != 1 or tensor.HasField("contents"):
-            raise BadRequest("raw_input_contents needs one entry per input, and then no input may set contents")
-        items = split_bytes_tensor(req.raw_input_contents[0], count)
-    else:
-        items = list(tensor.contents.bytes_contents)
-        if len(items) != count:
-            raise BadRequest(f"{INPUT} contents.bytes_contents has {len(items)} elements; shape says {count}")
-    texts = oip.check_texts(items, limits)
-    return oip.check_call(texts, _params(req.parameters), [o.name for o in req.outputs], bundle)
+    if req.raw_input_contents and len(req.raw_input_contents) != len(req.inputs):
+        raise BadRequest("raw_input_contents needs one entry per input")
+    tensors = {}
+    for k, tensor in enumerate(req.inputs):
+        if tensor.name not in (INPUT, oip.TARGET) or tensor.name in tensors:
+            raise BadRequest(f"inputs must be {INPUT}, or {INPUT} and {oip.TARGET}; got {[t.name for t in req.inputs]}")
+        if tensor.datatype != "BYTES":
+            raise BadRequest(f"{tensor.name} has datatype {tensor.datatype or '(none)'}; expected BYTES")
+        if len(tensor.shape) != 1 or tensor.shape[0] < 1:
+            raise BadRequest(f"{tensor.name} has shape {list(tensor.shape)}; expected [B] with B >= 1")
+        count = tensor.shape[0]
+        if count > limits.max_inputs_per_request:
+            raise BadRequest(f"{tensor.name} has {count} elements; at most {limits.max_inputs_per_request} per request")
+        if req.raw_input_contents:
+            if tensor.HasField("contents"):
+                raise BadRequest("with raw_input_contents no input may set contents")
+            items = split_bytes_tensor(req.raw_input_contents[k], count)
+        else:
+            items = list(tensor.contents.bytes_contents)
+            if len(items) != count:
+                raise BadRequest(f"{tensor.name} contents.bytes_contents has {len(items)} elements; shape says {count}")
+        tensors[tensor.name] = items
+    texts, targets = oip.check_inputs(tensors, limits)
+    return oip.check_call(texts, _params(req.parameters), [o.name for o in req.outputs], bundle, targets)
 
 
 def to_infer_response(req: pb.ModelInferRequest, call: InferCall, hyps: list[list[Decoded]], joiner: str,
@@ -188,6 +191,6 @@ class KServeServicer(ModelServicer):
                      served: Served) -> pb.ModelInferResponse:
         batcher, bundle = self._named(request.model_name, request.model_version, served)
         call = parse_infer(request, self.limits, bundle)
-        hyps = await batcher.transduce(call.texts, call.options, deadline_s)
+        hyps = await oip.run(batcher, call, deadline_s)
         return to_infer_response(request, call, hyps, batcher.engine.tgt_joiner, bundle)
 

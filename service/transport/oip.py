@@ -10,7 +10,13 @@ into plain Python values; what is checked and what comes back is decided here, o
           INPUT_LENGTH      INT32 [B]              S of each item: its real attention columns (source tokens)
   parameters  max_output_len (int, 0 = the server's limit), return_attention (bool),
               beam_size (int), n_best (int), length_penalty_alpha (float),
-              attention_mode ("soft", "hard", "topk"), top_k (int)
+              attention_mode ("soft", "hard", "topk"), top_k (int), bypass_lexicon (bool),
+              allow_unknown_symbols (bool)
+
+Scoring (the native Score RPC over this protocol): a request with a second input TARGET (BYTES [B],
+one candidate output per TEXT element, in the model's symbols) gets the model's teacher-forced
+answer for each pair: OUTPUT is the candidate, SCORE its log-probability, ATTENTION its alignment,
+and TOKEN_LOG_PROBS FP32 [B, T] the log-probability of each of its tokens (</s> last, zero-padded).
 
 A request that sets `n_best` gets every hypothesis: OUTPUT, SCORE and OUTPUT_LENGTH become
 [B, N], ATTENTION [B, N, T, S], and HYPOTHESIS_COUNT INT32 [B] says how many of the N are real
@@ -37,11 +43,14 @@ OUTPUTS = {
     "OUTPUT_LENGTH": ("INT32", [-1]),
     "INPUT_LENGTH": ("INT32", [-1]),
 }
+TARGET = "TARGET"  # optional second input: score these outputs
 N_BEST_OUTPUTS = {"HYPOTHESIS_COUNT": ("INT32", [-1])}  # only for a request that sets n_best
+SCORE_OUTPUTS = {"TOKEN_LOG_PROBS": ("FP32", [-1, -1])}  # only for a request with TARGET
 _LENGTH_PREFIX = struct.Struct("<I")  # BYTES raw format: a 4-byte little-endian length before each element
 # parameter -> the Python type each binding must hand over (bool is not an int here)
 PARAMETERS = {"max_output_len": int, "return_attention": bool, "beam_size": int, "n_best": int,
-              "length_penalty_alpha": float, "attention_mode": str, "top_k": int}
+              "length_penalty_alpha": float, "attention_mode": str, "top_k": int, "bypass_lexicon": bool,
+              "allow_unknown_symbols": bool}
 
 
 @dataclass(frozen=True)
@@ -50,6 +59,7 @@ class InferCall:
     outputs: list[str]  # in the order they go into the response
     options: DecodeOptions
     per_hypothesis: bool  # the request set n_best: [B, N, ...] outputs
+    targets: list[str] | None = None  # TARGET: score these instead of decoding
 
 
 def outputs_of(bundle: Bundle) -> dict:
@@ -90,19 +100,40 @@ def _options(params: dict) -> DecodeOptions:
         return DecodeOptions(max_output_len=params.get("max_output_len", 0), beam_size=beam_size,
                              n_best=params.get("n_best", 1),
                              length_penalty_alpha=params.get("length_penalty_alpha", 0.0),
-                             attention_mode=params.get("attention_mode", "soft"), top_k=params.get("top_k", 0))
+                             attention_mode=params.get("attention_mode", "soft"), top_k=params.get("top_k", 0),
+                             bypass_lexicon=params.get("bypass_lexicon", False),
+                             allow_unknown=params.get("allow_unknown_symbols", False))
     except ValueError as e:
         raise BadRequest(f"parameter {e}") from None
 
 
-def check_call(texts: list[str], params: dict, requested: list[str], bundle: Bundle) -> InferCall:
-    """Validate a call's parameters and requested outputs against the model (its texts were
-    checked by check_texts, its model and version found by the binding)."""
+def check_inputs(tensors: dict[str, list], limits: ServerConfig) -> tuple[list[str], list[str] | None]:
+    """TEXT, and TARGET when given (one per TEXT element): the binding has decoded each tensor's
+    elements; here their names, counts and contents are checked."""
+    if set(tensors) not in ({INPUT}, {INPUT, TARGET}):
+        raise BadRequest(f"inputs must be {INPUT}, or {INPUT} and {TARGET}; got {sorted(tensors)}")
+    texts = check_texts(tensors[INPUT], limits)
+    if TARGET not in tensors:
+        return texts, None
+    targets = tensors[TARGET]
+    if len(targets) != len(texts):
+        raise BadRequest(f"{TARGET} has {len(targets)} elements; {INPUT} has {len(texts)}: one candidate each")
+    try:
+        targets = [t if isinstance(t, str) else t.decode("utf-8") for t in targets]
+    except UnicodeDecodeError:
+        raise BadRequest(f"{TARGET} holds bytes that are not valid UTF-8") from None
+    return texts, targets
+
+
+def check_call(texts: list[str], params: dict, requested: list[str], bundle: Bundle,
+               targets: list[str] | None = None) -> InferCall:
+    """Validate a call's parameters and requested outputs against the model (its inputs were
+    checked by check_inputs, its model and version found by the binding)."""
     options = _options(dict(params))
-    per_hypothesis = "n_best" in params
+    per_hypothesis = "n_best" in params and targets is None
     attention = has_attention(bundle.manifest)
     return_attention = params.get("return_attention", True) and attention
-    known = OUTPUTS | (N_BEST_OUTPUTS if per_hypothesis else {})
+    known = OUTPUTS | (N_BEST_OUTPUTS if per_hypothesis else {}) | (SCORE_OUTPUTS if targets is not None else {})
     outputs = requested or [n for n in known if return_attention or n != "ATTENTION"]
     for name in outputs:
         if name not in known:
@@ -113,7 +144,7 @@ def check_call(texts: list[str], params: dict, requested: list[str], bundle: Bun
         raise BadRequest("output ATTENTION was requested but parameter return_attention is false")
     if options.attention_mode != "soft" and not attention:
         raise BadRequest(f"parameter attention_mode {options.attention_mode!r}: model {bundle.name!r} has no attention")
-    return InferCall(texts=texts, outputs=outputs, options=options, per_hypothesis=per_hypothesis)
+    return InferCall(texts=texts, outputs=outputs, options=options, per_hypothesis=per_hypothesis, targets=targets)
 
 
 def output_array(name: str, hyps: list[list[Decoded]], joiner: str, per_hypothesis: bool):
@@ -127,6 +158,12 @@ def output_array(name: str, hyps: list[list[Decoded]], joiner: str, per_hypothes
         return [B], np.array([len(h[0].src_tokens) for h in hyps], dtype="<i4")
     if name == "HYPOTHESIS_COUNT":
         return [B], np.array([len(h) for h in hyps], dtype="<i4")
+    if name == "TOKEN_LOG_PROBS":
+        T = max(len(h[0].token_log_probs or ()) for h in hyps)
+        out = np.zeros((B, T), dtype="<f4")
+        for b, h in enumerate(hyps):
+            out[b, :len(h[0].token_log_probs or ())] = h[0].token_log_probs or ()
+        return [B, T], out
     if name == "OUTPUT":
         return lead, [joiner.join(d.output_tokens).encode("utf-8") if d else b"" for row in grid for d in row]
     if name == "SCORE":
@@ -172,4 +209,12 @@ def raw_of(values) -> bytes:
 
 
 def datatype_of(name: str) -> str:
-    return (OUTPUTS | N_BEST_OUTPUTS)[name][0]
+    return (OUTPUTS | N_BEST_OUTPUTS | SCORE_OUTPUTS)[name][0]
+
+
+async def run(batcher, call: InferCall, deadline_s: float | None):
+    """The call's answers, each input's hypotheses: decoded, or its TARGET scored."""
+    if call.targets is None:
+        return await batcher.transduce(call.texts, call.options, deadline_s)
+    scored = await batcher.score(list(zip(call.texts, call.targets)), call.options, deadline_s)
+    return [[d] for d in scored]
