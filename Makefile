@@ -68,9 +68,11 @@ train: $(VENV)/.dev-installed
 	  --batch-size 256 --lr 1e-3 --epoch-lr-decay 0.85 --lr-decay 0.5 --min-lr 1e-5 --patience-epochs 10 \
 	  --max-epochs 14 --seed 1 --device $(TRAIN_DEVICE)
 
-# The second model, ARPAbet with stress (AH0, EY1; models/g2p-en-stress, not shipped yet): the shipped
-# model's two stages on the same corpus and split with CMUdict's stress digits kept. Then
-#   make export EXPORT_CHECKPOINTS=runs/g2p-en-stress/stage2/best.pt MODEL_DIR=models/g2p-en-stress
+# The second model, ARPAbet with stress (AH0, EY1): the shipped model's two stages on the same corpus
+# and split with CMUdict's stress digits kept (`make train-stress`, for a GPU machine). The shipped
+# models/g2p-en-stress/1 came from `make train-stress-cpu` (below) on 2 CPU cores, then
+#   make export EXPORT_CHECKPOINTS=runs/g2p-en-stress-cpu/best.pt MODEL_DIR=models/g2p-en-stress
+#   make quantize MODEL_DIR=models/g2p-en-stress
 # and `attnserve-eval --bundle models/g2p-en-stress/1` reports WER/PER with stress and stress-stripped.
 .PHONY: train-stress train-stress-cpu
 train-stress: $(VENV)/.dev-installed
