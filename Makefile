@@ -5,6 +5,8 @@ PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 MODEL_REPOSITORY ?= models
 MODEL_DIR ?= models/g2p-en
+# The model of requests that name none (models/ holds g2p-en and g2p-en-stress).
+DEFAULT_MODEL ?= g2p-en
 PROTO := protos/attnserve/v1/attnserve.proto
 # The Open Inference Protocol (KServe v2 / Triton) service, served beside the native API.
 KSERVE_PROTO := protos/inference/grpc_service.proto
@@ -15,7 +17,7 @@ LOADGEN := build/attnserve-loadgen
 .PHONY: serve test install-serve install-dev protos train export quantize bench evaluate report clean
 
 serve: $(VENV)/.serve-installed
-	$(VENV)/bin/attnserve-server --model-repository $(MODEL_REPOSITORY)
+	$(VENV)/bin/attnserve-server --model-repository $(MODEL_REPOSITORY) --default-model $(DEFAULT_MODEL)
 
 test: system-deps $(VENV)/.dev-installed
 	$(PY) -m pytest -q
