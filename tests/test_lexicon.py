@@ -251,3 +251,17 @@ async def test_overrides_from_a_mounted_directory(lexicon_model, tmp_path):
     async with serving(cfg) as s, grpc.aio.insecure_channel(f"127.0.0.1:{s.port}") as channel:
         (r,) = await transduce(pbg.TransducerStub(channel), "knight")
     assert (r.output_text, r.origin) == ("K N IH G T", pb.ORIGIN_OVERRIDE)
+
+
+async def test_evaluation_over_grpc_measures_the_model_not_the_lexicon(server, lexicon_model, corpus):
+    """attnserve-eval --server must report the model's WER: with the lexicon, dictionary words
+    would score as right by construction."""
+    from training.evaluate import hyps_from_bundle, hyps_from_server
+
+    words = [w for w in corpus if len(w) <= 20][:64]
+    sources = [tuple(w) for w in words]
+    via_server = await asyncio.to_thread(hyps_from_server, f"127.0.0.1:{server.port}", sources, "chars", 8, 30.0, 1, 0.0)
+    in_process = hyps_from_bundle(str(lexicon_model / "1"), sources, 64, 1, 0.0, "fp32")
+    assert via_server == in_process
+    as_dictionary = {tuple(w): corpus[w][0].split() for w in words}
+    assert sum(via_server[s] != as_dictionary[s] for s in sources) > 0  # the tiny model is often wrong
