@@ -1,0 +1,129 @@
+"""What a call is answered with, before the queue: the response cache, the lexicon and the
+overrides (forced through the model), inputs of several words, and scoring of given outputs.
+
+A mixin of Batcher (batcher.py), which owns the queue, the engine thread and `_submit`; split off
+so that each file reads on its own. Knows nothing of gRPC.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from service.engine.engine import GREEDY, Decoded, DecodeOptions
+from service.scheduling.cache import ResponseCache
+from service.scheduling.compound import SEPARATORS, join_words, split_words
+
+
+class InvalidInput(ValueError):
+    """An input the model cannot take (e.g. empty after tokenization)."""
+
+
+class NotReady(RuntimeError):
+    """The batch loop is not running (starting up or shutting down)."""
+
+
+class Answers:
+    """Needs engine, cfg, metrics, lexicon, cache, _task and _submit (Batcher's)."""
+
+    async def transduce(self, texts: list[str], options: DecodeOptions = GREEDY,
+                        deadline_s: float | None = None) -> list[list[Decoded]]:
+        """Decode every text: per text its hypotheses, best first (one unless n_best > 1), in input order.
+
+        A text the lexicon (or the overrides) has comes back as its pronunciations, as many as
+        n_best asks, each forced through the model for its score and attention (origin set); a
+        text of several words the model cannot separate itself is answered word by word and
+        joined (service/scheduling/compound.py). Raises Overloaded at once when the call cannot be
+        answered within its deadline (time.perf_counter() clock) or the queue's time bound.
+        Cancelling the caller drops its sources from the queue and the running batch.
+        """
+        words = [self._words(t) for t in texts]  # None: not several words
+        sources = self._sources(texts, options, words)
+        if all(w is None for w in words):
+            return await self._answer(sources, options, deadline_s)
+        parts = [[tokens] if ws is None else [self.engine.tokenize(w) for w in ws] for tokens, ws in zip(sources, words)]
+        answers = await self._answer([p for ps in parts for p in ps], options, deadline_s)
+        out, k = [], 0
+        for tokens, ws, ps in zip(sources, words, parts):
+            part = answers[k:k + len(ps)]
+            k += len(ps)
+            out.append(part[0] if ws is None else [join_words(tokens, ps, [h[0] for h in part])])
+        return out
+
+    async def _answer(self, sources: list[list[str]], options: DecodeOptions,
+                      deadline_s: float | None) -> list[list[Decoded]]:
+        """Each source from the cache, else the lexicon (forced), else the model."""
+        lexicon, cache = self.lexicon, self.cache
+        out: list[list[Decoded]] = [[] for _ in sources]
+        work = []  # (input index, forced target or None, origin)
+        for i, tokens in enumerate(sources):
+            cached = cache.get((tuple(tokens), options))
+            if cached is not None:
+                out[i] = cached
+                continue
+            found = None if options.bypass_lexicon or not self.cfg.lexicon else lexicon.lookup(tokens)
+            if found is None:
+                work.append((i, None, "MODEL"))
+            else:
+                work += [(i, target, found[0]) for target in found[1][:options.n_best]]
+        if work:
+            results = await self._submit([(sources[i], target) for i, target, _ in work], options, deadline_s)
+            for (i, target, origin), hyps in zip(work, results):
+                out[i] += hyps if target is None else [replace(hyps[0], origin=origin)]
+            for i in sorted({i for i, _, _ in work}):
+                unknown = tuple(p for p, _ in self.engine.unknown_symbols(sources[i]))
+                if unknown:  # allow_unknown: say where the model saw symbols it does not know
+                    out[i] = [replace(h, unknown_positions=unknown) for h in out[i]]
+                if cache is self.cache:  # the overrides did not change meanwhile
+                    cache.put((tuple(sources[i]), options), out[i])
+        for hyps in out:
+            self.metrics.answers.labels(hyps[0].origin).inc()
+        return out
+
+    def set_overrides(self, overrides: dict) -> None:
+        """The model's overrides changed: new lexicon, empty cache (one step on the event loop)."""
+        self.lexicon = self.lexicon.with_overrides(overrides)
+        self.cache = ResponseCache(self.cfg.cache_entries, self.metrics)
+        self.metrics.cache_entries.set(0)
+
+    async def score(self, pairs: list[tuple[str, str]], options: DecodeOptions = GREEDY,
+                    deadline_s: float | None = None) -> list[Decoded]:
+        """The model's log-probabilities and attention of given (source, target text) pairs."""
+        sources = self._sources([source for source, _ in pairs], options)
+        targets = []
+        for i, (_, text) in enumerate(pairs):
+            tokens = self.engine.tokenize_target(text)
+            if not tokens:
+                raise InvalidInput(f"candidate {i} is empty")
+            try:
+                targets.append(self.engine.target_ids(tokens))
+            except ValueError as e:
+                raise InvalidInput(f"candidate {i} ({text!r}): {e}") from None
+        results = await self._submit(list(zip(sources, targets)), options, deadline_s)
+        return [hyps[0] for hyps in results]
+
+    def _words(self, text: str) -> list[str] | None:
+        if self.engine.src_tokens_kind != "chars":
+            return None
+        return split_words(self.engine.normalize(text), self.engine.alphabet)
+
+    def _sources(self, texts: list[str], options: DecodeOptions, words: list[list[str]] | None = None) -> list[list[str]]:
+        """Tokenize and check: ready, attention mode, not empty, every symbol in the alphabet (but a
+        compound input's separators) unless options.allow_unknown."""
+        if self._task is None:
+            raise NotReady("model is not loaded yet")
+        if options.attention_mode != "soft" and options.attention_mode not in self.engine.attention_modes:
+            raise InvalidInput(f"options.attention_mode {options.attention_mode!r} is not available for this "
+                               f"model (it has {list(self.engine.attention_modes) or 'no attention'})")
+        sources = [self.engine.tokenize(t) for t in texts]
+        for i, tokens in enumerate(sources):
+            if not tokens:
+                raise InvalidInput(f"inputs[{i}] is empty after tokenization")
+            compound = words is not None and words[i] is not None
+            if compound and not words[i]:
+                raise InvalidInput(f"inputs[{i}] {texts[i]!r} holds no word, only separators")
+            unknown = [(p, t) for p, t in self.engine.unknown_symbols(tokens)
+                       if not (compound and SEPARATORS.fullmatch(t))]
+            if unknown and not options.allow_unknown:
+                shown = ", ".join(f"{t!r} at position {p}" for p, t in unknown[:5])
+                raise InvalidInput(f"inputs[{i}] {texts[i]!r} has symbols outside the model's alphabet: {shown} "
+                                   "(options.allow_unknown_symbols decodes them as unknown)")
+        return sources
