@@ -31,7 +31,7 @@ OPEN_LOOP_FRACTIONS = (0.3, 0.5, 0.7, 0.9)
 
 
 # The model's own speed: no lexicon answers, no cached ones (bench/realtraffic.py measures those).
-MODEL_ONLY = ["--lexicon", "false", "--cache-entries", "0"]
+MODEL_ONLY = ["--lexicon", "false", "--cache-entries", "0", "--precision", "fp32"]  # int8 runs say so
 
 
 def free_port() -> int:

@@ -46,6 +46,8 @@ class Metrics:
                                         m, registry=r)
         self.model_info = Gauge("attnserve_model_info", "The served model (value 1).", ["name", "version"],
                                 registry=r)
+        self.model_precision = Gauge("attnserve_model_precision", "The precision the model is served in (value 1).",
+                                     ["model", "precision"], registry=r)
         # Decoder work per sequence: one row-step is one sequence going through one decoder step.
         # The second counts row-steps run for a sequence whose caller had already gone (cancelled,
         # deadline passed) - continuous batching keeps it to at most one per such sequence.
@@ -113,3 +115,4 @@ class ModelMetrics:
         self.cache_lookups = _WithModel(metrics.cache_lookups, model)
         self.overrides_loads = _WithModel(metrics.overrides_loads, model)
         self.model_info = metrics.model_info
+        self.model_precision = _WithModel(metrics.model_precision, model)

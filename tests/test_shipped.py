@@ -97,6 +97,16 @@ def test_client_score_prints_both_candidates_best_first(served):
     assert out.stdout.count("</s>") >= 4  # per-token line and heat map of each
 
 
+def test_the_shipped_model_is_served_in_int8_by_default_as_its_wer_allows(served):
+    # make quantize measured int8's test WER within 0.1 points of fp32's: --precision auto serves it
+    m = load_bundle(SHIPPED_MODEL).manifest
+    assert m["int8"]["metrics"]["test"]["wer"] - m["metrics"]["test"]["wer"] <= 0.001
+    _, addr = served
+    out = subprocess.run([str(BIN / "attnserve-client"), "info", "--json", "--server", addr],
+                         capture_output=True, text=True, timeout=60)
+    assert json.loads(out.stdout)["precision"] == "int8", out.stdout + out.stderr
+
+
 def test_sigterm_exits_cleanly(served):
     proc, _ = served
     proc.send_signal(signal.SIGTERM)

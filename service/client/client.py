@@ -193,7 +193,7 @@ def _cmd_info(stub, args) -> int:
     info = stub.GetModelInfo(attnserve_pb2.GetModelInfoRequest(model_name=args.model), **_rpc_kwargs(args))
     metrics = dict(sorted(info.metrics.items()))
     if args.json:
-        doc = {"name": info.name, "version": info.version, "metrics": metrics,
+        doc = {"name": info.name, "version": info.version, "precision": info.precision, "metrics": metrics,
                "source_vocab_size": len(info.source_vocab), "target_vocab_size": len(info.target_vocab),
                "config": _json_or_text(info.config_json)}
         print(json.dumps(doc, indent=2, ensure_ascii=False))

@@ -38,14 +38,16 @@ class EngineConfig:
     # --intra-op-threads 2 chooses that (README, Overload).
     intra_op_threads: int = 1
     max_output_len: int = 40  # hard cap on decoder steps per sequence
-    precision: str = "fp32"  # fp32 | int8 (the bundle's dynamically quantized graphs, `make quantize`)
+    # fp32 | int8 (the bundle's dynamically quantized graphs, `make quantize`) | auto: int8 when the
+    # bundle has it and its test WER is within INT8_WER_TOLERANCE of fp32's, else fp32
+    precision: str = "auto"
     # How decode() (request-level batching) runs greedy steps: "onnx" in one call to an ONNX Loop
     # around the decoder-step graph (service/engine/loop_graph.py), "python" one call per step.
     greedy_loop: str = "onnx"
 
     def __post_init__(self):
-        if self.precision not in ("fp32", "int8"):
-            raise ValueError(f"precision must be 'fp32' or 'int8', got {self.precision!r}")
+        if self.precision not in ("auto", "fp32", "int8"):
+            raise ValueError(f"precision must be 'auto', 'fp32' or 'int8', got {self.precision!r}")
         if self.greedy_loop not in ("onnx", "python"):
             raise ValueError(f"greedy_loop must be 'onnx' or 'python', got {self.greedy_loop!r}")
         if self.intra_op_threads < 0:
@@ -215,6 +217,21 @@ def _session_options(threads: int) -> ort.SessionOptions:
     return opts
 
 
+INT8_WER_TOLERANCE = 0.001  # 0.1 points of test WER: int8 costs nothing within it
+
+
+def served_precision(manifest: dict, requested: str) -> str:
+    """The precision a bundle is served in: the one asked for, or for "auto" int8 when `make quantize`
+    measured its test WER within INT8_WER_TOLERANCE of fp32's (both in the manifest), else fp32."""
+    if requested != "auto":
+        return requested
+    fp32 = manifest.get("metrics", {}).get("test", {}).get("wer")
+    int8 = manifest.get("int8", {}).get("metrics", {}).get("test", {}).get("wer")
+    has_int8 = "encoder.int8" in manifest.get("graphs", {})
+    return "int8" if has_int8 and fp32 is not None and int8 is not None and int8 - fp32 <= INT8_WER_TOLERANCE \
+        else "fp32"
+
+
 def _strip_accents_lower(text: str) -> str:
     """NFKD, combining marks dropped, lower case: café -> cafe, Ångström -> angstrom."""
     return "".join(c for c in unicodedata.normalize("NFKD", text) if not unicodedata.combining(c)).lower()
@@ -246,7 +263,8 @@ class Engine:
         self.alphabet = {t for i, t in enumerate(self.src_vocab) if i not in self._specials}  # the source symbols
         opts = _session_options(cfg.intra_op_threads)
         providers = ["CPUExecutionProvider"]
-        suffix = "" if cfg.precision == "fp32" else f".{cfg.precision}"
+        self.precision = served_precision(m, cfg.precision)
+        suffix = "" if self.precision == "fp32" else f".{self.precision}"
         self.encoder = ort.InferenceSession(str(bundle.graph_path("encoder" + suffix)), opts, providers=providers)
         self.decoder = ort.InferenceSession(str(bundle.graph_path("decoder_step" + suffix)), opts, providers=providers)
         self.greedy_loop = None

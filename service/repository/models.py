@@ -135,6 +135,8 @@ class ModelManager:
         self.batcher, self.bundle = batcher, bundle  # the swap: new calls go to the new version from here on
         self.metrics.model_load_seconds.set(time.perf_counter() - started)
         self.metrics.model_info.labels(bundle.name, bundle.version).set(1)
+        for precision in ("fp32", "int8"):  # one series at 1: the precision served now
+            self.metrics.model_precision.labels(precision).set(1 if precision == engine.precision else 0)
         if current is not None and (current.name, current.version) != (bundle.name, bundle.version):
             self.metrics.model_info.remove(current.name, current.version)
         if self._seen_latest is None:

@@ -146,7 +146,7 @@ def to_error_response(code_name: str, message: str, request_id: str) -> pb.Trans
     return pb.TransduceResponse(request_id=request_id, error=pb.Error(code=code_name, message=message))
 
 
-def to_model_info(manifest: dict) -> pb.ModelInfo:
+def to_model_info(manifest: dict, precision: str = "") -> pb.ModelInfo:
     metrics = {}
     for split, values in manifest.get("metrics", {}).items():
         if isinstance(values, dict):
@@ -156,7 +156,7 @@ def to_model_info(manifest: dict) -> pb.ModelInfo:
                         source_vocab=manifest["src_vocab"], target_vocab=manifest["tgt_vocab"],
                         config_json=json.dumps(manifest.get("model_config", {})), metrics=metrics,
                         manifest_json=json.dumps(rest), has_attention=has_attention(manifest),
-                        attention_modes=attention_modes(manifest))
+                        attention_modes=attention_modes(manifest), precision=precision)
 
 
 def has_attention(manifest: dict) -> bool:

@@ -232,9 +232,10 @@ class HttpFront:
 
     async def model_metadata(self, request):
         async def work():
-            _, bundle = self._model(request, model)
+            batcher, bundle = self._model(request, model)
             return web.json_response({
                 "name": bundle.name, "versions": [bundle.version], "platform": PLATFORM,
+                "parameters": {"precision": batcher.engine.precision},
                 "inputs": [{"name": oip.INPUT, "datatype": "BYTES", "shape": [-1]}],
                 "outputs": [{"name": n, "datatype": dt, "shape": s} for n, (dt, s) in oip.outputs_of(bundle).items()]})
         model = [""]

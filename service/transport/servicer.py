@@ -193,8 +193,8 @@ class TransducerServicer(ModelServicer):
         return convert.to_score_response(scored, call, batcher.engine.tgt_joiner, bundle.name, bundle.version)
 
     async def _model_info(self, name: str, served: Served) -> pb.ModelInfo:
-        _, bundle = self._ready(name, served)
-        return convert.to_model_info(bundle.manifest)
+        batcher, bundle = self._ready(name, served)
+        return convert.to_model_info(bundle.manifest, batcher.engine.precision)
 
 
 def handler(servicer: TransducerServicer) -> grpc.GenericRpcHandler:
