@@ -5,7 +5,6 @@ import json
 import re
 from collections import Counter
 
-import pytest
 
 from bench import realtraffic
 from tests.conftest import SHIPPED_MODEL
@@ -34,7 +33,6 @@ def test_tokens_are_drawn_by_weight_with_a_fixed_seed():
 
 
 def test_vocabulary_keeps_only_words_of_the_models_alphabet():
-    pytest.importorskip("wordfreq")  # the [bench] extra
     words, weights = realtraffic.vocabulary(realtraffic.alphabet(shipped_manifest()))
     assert len(words) == len(weights) > 40_000
     assert all(WORD.fullmatch(w) for w in words)  # a-z and apostrophes, a letter at least
