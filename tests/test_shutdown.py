@@ -155,3 +155,47 @@ async def test_the_lame_duck_serves_new_calls_and_a_second_signal_cuts_it_short(
         terminate(proc)
     assert during == grpc.StatusCode.OK
     assert exit_code == 0 and took_s < 15, (exit_code, took_s)
+
+
+async def test_sigterm_mid_burst_on_the_http_port_answers_every_call_then_exits_0(tiny_bundle, tmp_path, capsys):
+    """The REST binding drains like gRPC: calls in flight at SIGTERM are answered, none is cut."""
+    import aiohttp
+
+    port, http_port = free_port(), free_port()
+    proc = spawn_server(tiny_bundle, port, "--metrics-port", str(http_port), "--max-batch-size", "1",
+                        "--grace-period-s", "60", "--lame-duck-s", "0", log_path=tmp_path / "server.log")
+    body = {"inputs": [{"name": "TEXT", "datatype": "BYTES", "shape": [len(WORDS)], "data": WORDS}],
+            "parameters": {"return_attention": False}}
+    try:
+        await asyncio.to_thread(wait_serving, f"127.0.0.1:{port}", 120, proc)
+        async with aiohttp.ClientSession(f"http://127.0.0.1:{http_port}") as http:
+            async def call():
+                async with http.post("/v2/models/tiny/infer", json=body) as r:
+                    return r.status, await r.json()
+            burst = [asyncio.ensure_future(call()) for _ in range(BURST)]
+            deadline = time.monotonic() + 30
+            while await asyncio.to_thread(inflight, http_port) < BURST // 2:
+                assert time.monotonic() < deadline, "the burst never reached the server"
+                await asyncio.sleep(0.005)
+            proc.send_signal(signal.SIGTERM)
+            in_flight = sum(not c.done() for c in burst)
+            outcomes = await asyncio.gather(*burst, return_exceptions=True)
+        exit_code = await asyncio.to_thread(proc.wait, 60)
+    finally:
+        terminate(proc)
+    ok = [o for o in outcomes if not isinstance(o, Exception) and o[0] == 200]
+    refused = [o for o in outcomes if not isinstance(o, Exception) and o[0] == 503]
+    lost = [o for o in outcomes if isinstance(o, Exception) or o[0] not in (200, 503)]
+    with capsys.disabled():
+        print(f"\nHTTP shutdown: SIGTERM with {in_flight} of {BURST} calls in flight: {len(ok)} ok, "
+              f"{len(refused)} refused 503, {len(lost)} lost; exit code {exit_code}")
+    assert in_flight > 0, "the burst was done too soon: nothing was tested"
+    assert lost == [], lost[:3]
+    assert all(len(o[1]["outputs"][0]["data"]) == len(WORDS) for o in ok)
+    assert exit_code == 0
+
+
+def inflight(http_port: int) -> float:
+    text = urllib.request.urlopen(f"http://127.0.0.1:{http_port}/metrics", timeout=5).read().decode()
+    return sum(s.value for f in text_string_to_metric_families(text) for s in f.samples
+               if s.name == "attnserve_inflight_requests")
