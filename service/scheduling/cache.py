@@ -40,6 +40,3 @@ class ResponseCache:
             self._entries.popitem(last=False)
             self.metrics.cache_evictions.inc()
         self.metrics.cache_entries.set(len(self._entries))
-
-    def __len__(self) -> int:
-        return len(self._entries)

@@ -39,9 +39,6 @@ class Lexicon:
     def with_overrides(self, overrides: dict[tuple[str, ...], list[list[int]]]) -> "Lexicon":
         return Lexicon(self.entries, overrides)
 
-    def __len__(self) -> int:
-        return len(self.entries) + len(self.overrides)
-
 
 def read_tsv(path: Path, tokenize: Callable[[str], list[str]], tokenize_target: Callable[[str], list[str]],
              target_ids: Callable[[list[str]], list[int]], *, unique: bool) -> dict[tuple[str, ...], list[list[int]]]:
