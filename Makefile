@@ -93,6 +93,33 @@ train-stress-cpu: $(VENV)/.dev-installed
 	  --batch-size 256 --lr 2e-3 --epoch-lr-decay 0.93 --lr-decay 0.5 --min-lr 2e-5 --patience-epochs 8 \
 	  --max-epochs 60 --max-minutes 100 --seed 1 --threads 2 --device cpu
 
+# The frontier's models (README, "Accuracy against speed"; `make bench` measures every one), each
+# trained on 2 CPU cores in the background, then exported and quantized like the others:
+#   make export EXPORT_CHECKPOINTS=runs/g2p-en-gru/best.pt MODEL_DIR=models/g2p-en-gru; make quantize MODEL_DIR=models/g2p-en-gru
+# g2p-en's own architecture (its checkpoint20.npz: a 1-layer GRU encoder-decoder, 256-dim embeddings
+# and states, no attention, the encoder's last state as the decoder's first), on our corpus and split.
+.PHONY: train-g2p-en-gru train-compact frontier-ensemble
+G2P_EN_GRU_MODEL = --cell gru --bidirectional false --enc-layers 1 --dec-layers 1 --emb-dim 256 --hidden-size 256 \
+  --attention none --context init --dropout 0.2
+train-g2p-en-gru: $(VENV)/.dev-installed
+	$(PY) -m training.train --corpus cmudict --out runs/g2p-en-gru $(G2P_EN_GRU_MODEL) --batch-size 256 --lr 2e-3 \
+	  --epoch-lr-decay 0.93 --lr-decay 0.5 --min-lr 2e-5 --patience-epochs 6 --max-epochs 60 --max-minutes 40 \
+	  --seed 1 --threads 1 --device cpu
+# A compact model (1.50 M parameters: 2x256 biLSTM, additive attention, 48-dim embeddings), trained on
+# the references plus 40,000 frequent English words CMUdict lacks, labelled by the shipped model with
+# beam 5 (training/distill.py --keep-references --unlabeled-wordfreq; Sun et al. 2019).
+COMPACT_MODEL = --hidden-size 256 --enc-layers 2 --dec-layers 1 --emb-dim 48 --attention additive --dropout 0.25
+train-compact: $(VENV)/.dev-installed
+	$(PY) -m training.distill --bundle models/g2p-en/1 --keep-references --unlabeled-wordfreq 40000 --beam-size 5 \
+	  --out runs/compact/train.tsv
+	$(PY) -m training.train --corpus cmudict --train-targets runs/compact/train.tsv --out runs/compact/model \
+	  $(COMPACT_MODEL) --batch-size 256 --lr 2e-3 --epoch-lr-decay 0.93 --lr-decay 0.5 --min-lr 2e-5 \
+	  --patience-epochs 8 --max-epochs 80 --max-minutes 85 --seed 1 --threads 1 --device cpu
+# The frontier's ensemble, not shipped (it is the two members' sum): the shipped model and the compact one.
+frontier-ensemble: $(VENV)/.dev-installed
+	$(PY) -m training.export --checkpoint models/g2p-en/1/checkpoint.pt models/g2p-en-compact/1/checkpoint.pt \
+	  --out build/frontier/ensemble/1
+
 # Several checkpoints export their ensemble (training/ensemble.py), e.g.
 #   make export EXPORT_CHECKPOINTS="runs/seed1/best.pt runs/seed2/best.pt" MODEL_VERSION=2
 EXPORT_CHECKPOINTS ?= runs/g2p-en-gpu/stage2/best.pt

@@ -174,3 +174,13 @@ def test_an_ensemble_bundle_re_exports_from_its_own_checkpoint(ensemble_bundle, 
     assert parity_ok(again["parity"])
     assert again["model_config"] == manifest["model_config"]
     assert again["metrics"]["test"] == manifest["metrics"]["test"]
+
+
+def test_held_out_data_ignores_how_many_training_sources_a_member_had():
+    from training.ensemble import held_out_data
+
+    data = {"corpus": "cmudict", "pairs": {"train": 10, "dev": 2, "test": 3}, "words": {"train": 9, "dev": 2, "test": 3}}
+    more = {**data, "pairs": {"train": 14, "dev": 2, "test": 3}, "words": {"train": 13, "dev": 2, "test": 3},
+            "train_targets": {"pairs": 14}}
+    assert held_out_data(data) == held_out_data(more)
+    assert held_out_data(data) != held_out_data({**data, "words": {"train": 9, "dev": 3, "test": 3}})

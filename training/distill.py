@@ -2,6 +2,8 @@
 
     python -m training.distill --bundle models/g2p-en/2 --out runs/distill/train.tsv
     python -m training.train --corpus cmudict --train-targets runs/distill/train.tsv --out runs/student ...
+    # or: the training references kept, plus unlabeled words (wordfreq, not in the corpus) the teacher labels
+    python -m training.distill --bundle models/g2p-en/1 --keep-references --unlabeled-wordfreq 40000 --out ...
 
 An ensemble (training/ensemble.py) is more accurate than its members and costs the sum of
 their compute. A single model trained on the ensemble's outputs, rather than on the
@@ -51,15 +53,67 @@ def teacher_targets(bundle_path: str, beam_size: int, precision: str) -> tuple[l
     return lines, len(sources) - len(lines)
 
 
+def unlabeled_words(n: int, known: set[str]) -> list[str]:
+    """The `n` most frequent English words (wordfreq's offline lists) that the corpus does not list,
+    of the corpus's word shape, at least 4 letters with a vowel (short ones are mostly abbreviations),
+    and hashed into the training split, so no dev or test source can ever appear among them."""
+    import wordfreq
+
+    from training.data import CMUDICT_WORD_RE, split_of
+
+    out = []
+    for w in wordfreq.top_n_list("en", 400_000, wordlist="large"):
+        if (w not in known and len(w) >= 4 and CMUDICT_WORD_RE.match(w) and any(v in w for v in "aeiouy")
+                and split_of(w) == "train"):
+            out.append(w)
+            if len(out) == n:
+                break
+    return out
+
+
+def labelled_lines(bundle_path: str, words: list[str], beam_size: int, precision: str) -> list[str]:
+    from service.engine.bundle import load_bundle
+    from service.engine.engine import DecodeOptions, Engine, EngineConfig
+
+    bundle = load_bundle(bundle_path)
+    engine = Engine(bundle, EngineConfig(intra_op_threads=0, precision=precision))
+    hyps = engine_hyps(engine, [tuple(w) for w in words], DecodeOptions(beam_size=beam_size))
+    return [f"{w}\t{engine.tgt_joiner.join(hyps[tuple(w)])}" for w in words if hyps[tuple(w)]]
+
+
+def reference_lines(bundle_path: str) -> tuple[list[str], set[str]]:
+    """The training references as TSV lines (every pronunciation), and every source of the corpus."""
+    from service.engine.bundle import load_bundle
+
+    data = load_bundle(bundle_path).manifest["data"]
+    known = {source_text(s, data["src_tokens"]) for split in ("train", "dev", "test") for s in load_refs(data, split)}
+    refs = load_refs(data, "train")
+    return [f"{source_text(s, data['src_tokens'])}\t{' '.join(t)}" for s in sorted(refs) for t in refs[s]], known
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--bundle", required=True, help="the teacher: a bundle directory (an ensemble's, typically)")
     p.add_argument("--out", type=Path, required=True, help="the targets file to write (TSV)")
     p.add_argument("--beam-size", type=int, default=1, help="1 = greedy")
     p.add_argument("--precision", choices=["fp32", "int8"], default="fp32")
+    p.add_argument("--keep-references", action="store_true",
+                   help="training sources keep their references; the teacher labels only --unlabeled-wordfreq words")
+    p.add_argument("--unlabeled-wordfreq", type=int, default=0, metavar="N",
+                   help="add N frequent English words the corpus lacks, labelled by the teacher (Sun et al. 2019)")
     args = p.parse_args(argv)
     started = time.perf_counter()
-    lines, empty = teacher_targets(args.bundle, args.beam_size, args.precision)
+    if args.keep_references:
+        lines, known = reference_lines(args.bundle)
+        empty = 0
+    else:
+        lines, empty = teacher_targets(args.bundle, args.beam_size, args.precision)
+        known = None
+    if args.unlabeled_wordfreq:
+        if known is None:
+            known = reference_lines(args.bundle)[1]
+        lines += labelled_lines(args.bundle, unlabeled_words(args.unlabeled_wordfreq, known), args.beam_size,
+                                args.precision)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
     print(json.dumps({"teacher": args.bundle, "out": str(args.out), "pairs": len(lines), "left_out_empty": empty,

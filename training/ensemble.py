@@ -118,8 +118,9 @@ def held_out_data(data: dict) -> dict:
     dev and test counts, which fix the held-out words. distill.py refuses a targets file holding a dev
     or test source, so a distilled member holds out the same words as one trained on the references."""
     shared = {k: v for k, v in data.items() if k not in ("continued_from", "train_targets")}
-    if "pairs" in shared:
-        shared["pairs"] = {split: n for split, n in shared["pairs"].items() if split != "train"}
+    for counts in ("pairs", "words"):  # extra training sources (distill.py --unlabeled-wordfreq) hold out nothing
+        if counts in shared:
+            shared[counts] = {split: n for split, n in shared[counts].items() if split != "train"}
     return shared
 
 
