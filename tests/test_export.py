@@ -90,3 +90,31 @@ def test_latest_version_is_served_by_default(tiny_bundle, tmp_path):
     shutil.copytree(load_bundle(tiny_bundle).path, root / "10")
     m = json.loads((root / "10" / "manifest.json").read_text())
     assert load_bundle(root).path.name == "10" and m["version"] == "1"
+
+
+def test_a_gru_decoder_without_attention_exports_with_its_input_projection_folded_into_a_table(tmp_path):
+    """g2p-en's architecture: the step graph has no GRU op, only the table lookup and h's product,
+    and its log-probabilities and states equal nn.GRU's."""
+    import onnx
+
+    from training.export import DecoderStepGraph, FoldedGRUStep
+    from training.model import DecoderState
+
+    torch.manual_seed(0)
+    cfg = ModelConfig(src_vocab_size=13, tgt_vocab_size=11, cell="gru", attention="none", context="init",
+                      bidirectional=False, hidden_size=16, emb_dim=8, enc_layers=1, dec_layers=1, dropout=0.0)
+    model = Seq2Seq(cfg).eval()
+    assert FoldedGRUStep.applies(model)
+    y, h = torch.randint(0, 11, (5,)), torch.randn(1, 5, 16)  # (B,), (1, B, H)
+    with torch.no_grad():
+        folded = FoldedGRUStep(model.decoder)(y, h)
+        state, out, _ = model.decoder.step(y, DecoderState(h, None, None))
+        plain = DecoderStepGraph(model)(y, h)
+    assert torch.allclose(folded[0], model.decoder.log_probs(out), atol=1e-5)
+    assert torch.allclose(folded[1], state.h, atol=1e-6) and torch.allclose(folded[0], plain[0], atol=1e-5)
+    export_graphs(model, tmp_path)
+    ops = {n.op_type for n in onnx.load(str(tmp_path / "decoder_step.onnx")).graph.node}
+    assert "GRU" not in ops and "Gather" in ops
+    for other in (dict(attention="general", context="init"), dict(attention="none", context="every_step"),
+                  dict(attention="none", context="init", cell="lstm"), dict(attention="none", dec_layers=2)):
+        assert not FoldedGRUStep.applies(Seq2Seq(ModelConfig(**{**cfg.to_dict(), **other})))

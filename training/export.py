@@ -89,6 +89,45 @@ class DecoderStepGraph(nn.Module):
         return (self.decoder.log_probs(out), *next_state) + ((attn,) if attn is not None else ())
 
 
+class FoldedGRUStep(nn.Module):
+    """The decoder step of a one-layer GRU decoder that reads only the previous token's embedding
+    (attention none, context init: g2p-en's architecture), with the input projection folded into a
+    table. W_ih·embed(y) + b_ih depends on y alone, so it is one row of a (V, 3H) table rather than
+    a (B, E) x (E, 3H) product at every step: the step reads half the weights and does half the
+    multiply-adds. The gates are nn.GRU's (r, z, n order); the export's parity run checks them."""
+
+    def __init__(self, decoder: nn.Module):
+        super().__init__()
+        rnn = decoder.rnn
+        with torch.no_grad():
+            self.register_buffer("gi_table", decoder.embed.weight @ rnn.weight_ih_l0.T + rnn.bias_ih_l0)  # (V, 3H)
+        self.w_hh, self.b_hh = rnn.weight_hh_l0, rnn.bias_hh_l0  # (3H, H), (3H,)
+        self.generator = decoder.generator
+        self.H = rnn.hidden_size  # a Python int: constant slices in the graph
+
+    @staticmethod
+    def applies(model: Seq2Seq) -> bool:
+        d = model.decoder  # an ensemble's has no .rnn (its members need attention anyway)
+        rnn = getattr(d, "rnn", None)
+        return isinstance(rnn, nn.GRU) and rnn.num_layers == 1 and not d.feeds and not d.has_attention
+
+    def forward(self, y_prev, h):
+        # y_prev (B,), h (1, B, H) -> log_probs (B, V), h_next (1, B, H)
+        gi = self.gi_table[y_prev]  # (B, 3H)
+        gh = torch.addmm(self.b_hh, h[0], self.w_hh.T)  # (B, 3H)
+        H = self.H
+        gi_rz, gi_n = gi.split([2 * H, H], dim=-1)
+        gh_rz, gh_n = gh.split([2 * H, H], dim=-1)
+        r, z = torch.sigmoid(gi_rz + gh_rz).split([H, H], dim=-1)  # (B, H) reset and update gates
+        n = torch.tanh(gi_n + r * gh_n)  # (B, H) candidate
+        h_next = (1 - z) * n + z * h[0]  # (B, H)
+        return torch.log_softmax(self.generator(h_next), dim=-1), h_next[None]
+
+
+def decoder_step_graph(model: Seq2Seq) -> nn.Module:
+    return FoldedGRUStep(model.decoder) if FoldedGRUStep.applies(model) else DecoderStepGraph(model)
+
+
 # What a bundle's checkpoint.pt keeps of a training checkpoint: what rebuilding the model needs.
 SAVED_KEYS = ("model_config", "train_config", "data", "src_vocab", "tgt_vocab", "state_dict", "epoch", "dev_wer",
               "dev_per")
@@ -166,7 +205,7 @@ def export_graphs(model: Seq2Seq, out: Path) -> None:
     example = {**enc._asdict(), **enc.state._asdict(), "y_prev": torch.full((B,), BOS_ID, dtype=torch.long),
                "top_k": torch.tensor([0, 1, 2])}  # soft, hard, top-2: one graph serves every mode
     torch.onnx.export(
-        DecoderStepGraph(model).eval(), tuple(example[n] for n in in_names), str(out / "decoder_step.onnx"),
+        decoder_step_graph(model).eval(), tuple(example[n] for n in in_names), str(out / "decoder_step.onnx"),
         dynamo=False, opset_version=OPSET, input_names=in_names, output_names=out_names,
         dynamic_axes={n: axes[n] for n in in_names + out_names})
 
