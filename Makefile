@@ -95,7 +95,7 @@ train-stress-cpu: $(VENV)/.dev-installed
 
 # The frontier's models (README, "Accuracy against speed"; `make bench` measures every one), each
 # trained on 2 CPU cores in the background, then exported and quantized like the others:
-#   make export EXPORT_CHECKPOINTS=runs/g2p-en-gru/best.pt MODEL_DIR=models/g2p-en-gru; make quantize MODEL_DIR=models/g2p-en-gru
+#   make export EXPORT_CHECKPOINTS=runs/g2p-en-gru/best.pt MODEL_DIR=bench/models/g2p-en-gru (a peer, not served)
 # g2p-en's own architecture (its checkpoint20.npz: a 1-layer GRU encoder-decoder, 256-dim embeddings
 # and states, no attention, the encoder's last state as the decoder's first), on our corpus and split.
 .PHONY: train-g2p-en-gru train-compact frontier-ensemble

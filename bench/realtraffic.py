@@ -232,7 +232,9 @@ def measure(bundle, duration_s: float, engine: dict, echo_unloaded: dict | None 
     """Every configuration against a fresh server; E from `engine` (bench/run.py's engine_sweep of this run)."""
     from bench.report import best
 
-    e_key, E = best(engine, "fp32/")
+    from service.engine.engine import served_precision
+
+    e_key, E = best(engine, served_precision(bundle.manifest, "auto") + "/")  # the servers' precision
     d = duration_s
     chars = alphabet(bundle.manifest)
     words, weights = vocabulary(chars)

@@ -3,8 +3,10 @@
     python -m bench.run [--bundle models/g2p-en/1] [--duration-s 8]
     python -m bench.run --engine-only      # words/s of in-process decoding by batch size
 
-Writes bench/results/bench.json, bench/results/bench.md and bench/results/bench.png.
-Not a test: it measures. Machines are shared and noisy, so compare the ratios
+Writes bench/results/bench.json, bench/results/bench.md, bench/results/bench.png and
+bench/results/frontier.png. Everything runs in the precision the server serves by default
+(`--precision auto`: int8 where `make quantize` measured it within 0.1 points of fp32's test WER),
+with one fp32 server run beside it. Not a test: it measures. Machines are shared and noisy, so compare the ratios
 within a run rather than absolute numbers across runs.
 """
 from __future__ import annotations
@@ -20,18 +22,18 @@ import tempfile
 import time
 from pathlib import Path
 
-
 from bench.report import write_report
 from service.engine.bundle import load_bundle
-from service.engine.engine import Engine, EngineConfig
+from service.engine.engine import Engine, EngineConfig, served_precision
 from training.evaluate import load_refs
 
 BIN = Path(sys.executable).parent
 OPEN_LOOP_FRACTIONS = (0.3, 0.5, 0.7, 0.9)
 
 
-# The model's own speed: no lexicon answers, no cached ones (bench/realtraffic.py measures those).
-MODEL_ONLY = ["--lexicon", "false", "--cache-entries", "0", "--precision", "fp32"]  # int8 runs say so
+# The model's own speed: no lexicon answers, no cached ones (bench/realtraffic.py measures those),
+# in the precision a user gets (--precision auto).
+MODEL_ONLY = ["--lexicon", "false", "--cache-entries", "0"]
 
 
 def free_port() -> int:
@@ -109,10 +111,44 @@ def engine_sweep(bundle, words: list[str], seconds: float) -> dict:
     for precision in ("fp32", "int8") if int8 else ("fp32",):
         for loop in ("onnx", "python"):  # --greedy-loop
             engine = Engine(bundle, EngineConfig(precision=precision, greedy_loop=loop))
-            for batch in (1, 8, 32, 64, 128, 256) if (precision, loop) == ("fp32", "onnx") else (1, 8, 64):
+            for batch in (1, 8, 32, 64, 128, 256) if loop == "onnx" else (1, 8, 64):
                 key = f"{precision}/greedy-loop={loop}/batch={batch}"
                 out[key] = decode_rate(engine, words, batch, seconds)
                 print(f"  engine {key}: {out[key]:.0f} words/s", flush=True)
+    return out
+
+
+def decode_latency_ms(engine: Engine, words: list[str], seconds: float) -> dict:
+    """Single-word decode calls, one after another: the engine's own batch-1 latency (target 4's bound)."""
+    lat, started, i = [], time.perf_counter(), 0
+    while time.perf_counter() - started < seconds:
+        t = time.perf_counter()
+        engine.decode([list(words[i % len(words)])])
+        lat.append(time.perf_counter() - t)
+        i += 1
+    lat.sort()
+    return {"p50_ms": 1000 * lat[len(lat) // 2], "calls": len(lat)}
+
+
+def engine_latency(bundle, words: list[str], precision: str, seconds: float) -> dict:
+    """Batch-1 latency through each greedy loop: request mode decodes with the ONNX Loop, continuous
+    mode with one decoder call per step."""
+    return {loop: decode_latency_ms(Engine(bundle, EngineConfig(precision=precision, greedy_loop=loop)), words,
+                                    seconds) for loop in ("onnx", "python")}
+
+
+def open_loop_curves(server: Server, bundle_dir: str, words_file: Path, mode: str, rate_a: float, d: float) -> dict:
+    """Target 5: the server and the same batcher and engine in-process, at the same Poisson arrival
+    times, at each fraction of (a)'s throughput."""
+    from bench import inprocess
+
+    out = {}
+    for f in OPEN_LOOP_FRACTIONS:
+        served = load(server, str(words_file), d, mode="open", rate=f * rate_a)
+        inproc = inprocess.measure(bundle_dir, str(words_file), mode, f * rate_a, d)
+        print(f"  in-process at {f * rate_a:.0f}/s: p50 {inproc['p50_ms']:.2f} ms, p99 {inproc['p99_ms']:.2f} ms",
+              flush=True)
+        out[f"{int(f * 100)}%"] = {**served, "rate": f * rate_a, "in_process": inproc}
     return out
 
 
@@ -143,24 +179,23 @@ def main(argv=None):
                            "platform": platform.platform()},
                "bundle": str(bundle.path), "test_words": len(words), "duration_s": d}
 
-    print("engine (in-process onnxruntime, no server)", flush=True)
+    served = served_precision(bundle.manifest, "auto")
+    r["served_precision"] = served
+    print(f"engine (in-process onnxruntime, no server); the server serves {served}", flush=True)
     r["engine"] = engine_sweep(bundle, words, seconds=min(d, 4.0))
+    r["engine_latency"] = engine_latency(bundle, words, served, seconds=min(d, 3.0))
     if args.engine_only:
         return
+    print("the machine's own ceilings (bench/limits.py)", flush=True)
+    from bench import limits
+
+    r["limits"] = limits.measure(str(bundle.path), r["engine"])
     tmp = Path(tempfile.mkdtemp(prefix="attnserve-bench-"))
     words_file = tmp / "words.txt"
     words_file.write_text("\n".join(words))
     varied_file = tmp / "varied.txt"  # half very short, half long words: output lengths differ a lot
     short, long_ = [w for w in words if len(w) <= 4], [w for w in words if len(w) >= 11]
     varied_file.write_text("\n".join(w for pair in zip(short, long_) for w in pair))
-    print("g2p-en (in-process numpy)", flush=True)
-    from bench.peers import PEER_NOTE, g2p_en_outputs
-    from training.metrics import score
-
-    g2p_hyps, g2p_wps = g2p_en_outputs(words[:600])
-    sub_refs = {tuple(w): refs[tuple(w)] for w in words[:600]}
-    g2p_score = score({tuple(w): h for w, h in g2p_hyps.items()}, sub_refs)
-    r["g2p_en"] = {"words_per_s": g2p_wps, "wer_600_test_words": g2p_score.wer, "note": PEER_NOTE}
 
     print("gRPC floor: echo RPC", flush=True)
     with Server([sys.executable, "-m", "bench.echo"], health=False) as echo:
@@ -170,18 +205,17 @@ def main(argv=None):
     server_argv = [str(BIN / "attnserve-server"), "--model-dir", str(bundle.path), "--host", "127.0.0.1",
                    "--metrics-port", "-1", *MODEL_ONLY]
     for mode in ("continuous", "request"):
-        print(f"attnserve, {mode} batching", flush=True)
+        print(f"attnserve, {mode} batching, {served}", flush=True)
         with Server(server_argv + ["--mode", mode]) as s:
             m = r[mode] = closed_loop(s, words_file, d)
             m["c_stream"] = load(s, str(words_file), d, mode="stream", concurrency=2, window=128)
             m["varied_c64"] = load(s, str(varied_file), d, concurrency=64)
-            rate_a = m["a_1word_c64"]["calls_per_s"]
-            m["open_loop"] = {f"{int(f * 100)}%": load(s, str(words_file), d, mode="open", rate=f * rate_a)
-                              for f in OPEN_LOOP_FRACTIONS}
-    if "encoder.int8" in bundle.manifest["graphs"]:
-        print("attnserve, request batching, int8 (--precision int8)", flush=True)
-        with Server(server_argv + ["--mode", "request", "--precision", "int8"]) as s:
-            r["request_int8"] = closed_loop(s, words_file, d)
+            m["open_loop"] = open_loop_curves(s, str(bundle.path), words_file, mode,
+                                              m["a_1word_c64"]["calls_per_s"], d)
+    if served != "fp32":
+        print("attnserve, request batching, fp32 (--precision fp32)", flush=True)
+        with Server(server_argv + ["--mode", "request", "--precision", "fp32"]) as s:
+            r["request_fp32"] = closed_loop(s, words_file, d)
 
     print("naive PyTorch server (eager, one request at a time)", flush=True)
     ckpt = bundle.path / "checkpoint.pt"
@@ -199,6 +233,10 @@ def main(argv=None):
     from bench import realtraffic
 
     r["real_traffic"] = realtraffic.measure(bundle, d, r["engine"], echo_unloaded=r["echo_unloaded"])
+    print("the frontier: accuracy against speed, every model on the test words (bench/frontier.py)", flush=True)
+    from bench import frontier
+
+    r["frontier"] = frontier.measure(words, refs)
     write_report(r, Path(args.out))
 
 

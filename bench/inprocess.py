@@ -1,0 +1,115 @@
+"""The server's batcher and engine driven in-process, without gRPC, by the same Poisson arrivals
+as bench/loadgen.py's open loop: what the server adds to the tail is the difference (target 5).
+
+    python -m bench.inprocess --bundle models/g2p-en/1 --words words.txt --mode request --rate 300
+
+Same words in the same order (shuffled by random.Random(0), then cycled), same arrival times
+(random.Random(1), expovariate(rate)), same warm-up, one word per call; the batcher is built by
+make_batcher from the server's own defaults, lexicon and cache off as in `make bench`'s server runs.
+Each measurement runs in its own process, like a server, so that no two engines share a thread pool.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import json
+import random
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from service.scheduling.batcher import DeadlineExpired, Overloaded
+
+
+async def open_loop(batcher, words: list[str], rate: float, stop_at: float) -> tuple[list[float], int]:
+    """Latencies (s) of calls sent at Poisson times until stop_at, and the number that failed."""
+    source = itertools.cycle(words)
+    rng = random.Random(1)
+    latencies: list[float] = []
+    errors = 0
+
+    async def call(text: str) -> None:
+        nonlocal errors
+        t = time.perf_counter()
+        try:
+            await batcher.transduce([text])
+        except (Overloaded, DeadlineExpired):  # counted as the loadgen counts a failed RPC
+            errors += 1
+            return
+        latencies.append(time.perf_counter() - t)
+
+    pending: set[asyncio.Task] = set()
+    next_at = time.perf_counter()
+    while next_at < stop_at:
+        delay = next_at - time.perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        task = asyncio.create_task(call(next(source)))
+        pending.add(task)
+        task.add_done_callback(pending.discard)
+        next_at += rng.expovariate(rate)
+    await asyncio.gather(*pending)
+    return latencies, errors
+
+
+async def run(bundle_path: str, words: list[str], mode: str, rate: float, duration_s: float, warmup_s: float,
+              precision: str) -> dict:
+    from service.config import BatcherConfig
+    from service.engine.bundle import load_bundle
+    from service.engine.engine import EngineConfig
+    from service.metrics import Metrics
+    from service.repository.models import warm_engine
+    from service.scheduling.batcher import make_batcher
+
+    engine = warm_engine(load_bundle(bundle_path), EngineConfig(precision=precision))
+    batcher = make_batcher(engine, BatcherConfig(mode=mode, cache_entries=0, lexicon=False),
+                           Metrics().for_model("bench"))
+    batcher.start()
+    try:
+        if warmup_s:
+            await open_loop(batcher, words, rate, time.perf_counter() + warmup_s)
+        t0 = time.perf_counter()
+        latencies, errors = await open_loop(batcher, words, rate, t0 + duration_s)
+        seconds = time.perf_counter() - t0
+    finally:
+        await batcher.stop()
+    lat = np.array(latencies or [0.0]) * 1000  # (calls,) ms
+    return {"seconds": round(seconds, 3), "calls": len(latencies), "errors": errors,
+            "calls_per_s": len(latencies) / seconds, "words_per_s": len(latencies) / seconds,
+            "p50_ms": float(np.percentile(lat, 50)), "p90_ms": float(np.percentile(lat, 90)),
+            "p99_ms": float(np.percentile(lat, 99))}
+
+
+def measure(bundle_path: str, words_file: str, mode: str, rate: float, duration_s: float,
+            precision: str = "auto", warmup_s: float = 1.0) -> dict:
+    """One in-process open-loop point, in a process of its own (as the server is)."""
+    import subprocess
+
+    out = subprocess.run([sys.executable, "-m", "bench.inprocess", "--bundle", bundle_path, "--words", words_file,
+                          "--mode", mode, "--rate", str(rate), "--duration-s", str(duration_s),
+                          "--warmup-s", str(warmup_s), "--precision", precision],
+                         capture_output=True, text=True, check=True)
+    return json.loads(out.stdout)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--bundle", required=True)
+    p.add_argument("--words", required=True, help="file of words, whitespace-separated (as bench.loadgen's)")
+    p.add_argument("--mode", choices=["request", "continuous"], default="request")
+    p.add_argument("--rate", type=float, required=True, help="calls per second")
+    p.add_argument("--duration-s", type=float, default=8.0)
+    p.add_argument("--warmup-s", type=float, default=1.0)
+    p.add_argument("--precision", choices=["auto", "fp32", "int8"], default="auto")
+    args = p.parse_args(argv)
+    words = [w for w in Path(args.words).read_text(encoding="utf-8").split() if w]
+    random.Random(0).shuffle(words)  # as bench/loadgen.py does
+    print(json.dumps(asyncio.run(run(args.bundle, words, args.mode, args.rate, args.duration_s, args.warmup_s,
+                                     args.precision))))
+
+
+if __name__ == "__main__":
+    main()
