@@ -4,7 +4,7 @@ as bench/loadgen.py's open loop: what the server adds to the tail is the differe
     python -m bench.inprocess --bundle models/g2p-en/1 --words words.txt --mode request --rate 300
 
 Same words in the same order (shuffled by random.Random(0), then cycled), same arrival times
-(random.Random(1), expovariate(rate)), same warm-up, one word per call; the batcher is built by
+(bench.loadgen.poisson_gaps), same warm-up, one word per call; the batcher is built by
 make_batcher from the server's own defaults, lexicon and cache off as in `make bench`'s server runs.
 Each measurement runs in its own process, like a server, so that no two engines share a thread pool.
 """
@@ -21,18 +21,20 @@ from pathlib import Path
 
 import numpy as np
 
+from bench.loadgen import send_at_poisson_times
 from service.scheduling.batcher import DeadlineExpired, Overloaded
 
 
 async def open_loop(batcher, words: list[str], rate: float, stop_at: float) -> tuple[list[float], int]:
-    """Latencies (s) of calls sent at Poisson times until stop_at, and the number that failed."""
+    """Latencies (s) of one-word calls sent at bench/loadgen.py's Poisson times until stop_at, and the
+    number that failed."""
     source = itertools.cycle(words)
-    rng = random.Random(1)
     latencies: list[float] = []
     errors = 0
 
-    async def call(text: str) -> None:
+    async def call() -> None:
         nonlocal errors
+        text = next(source)
         t = time.perf_counter()
         try:
             await batcher.transduce([text])
@@ -41,17 +43,7 @@ async def open_loop(batcher, words: list[str], rate: float, stop_at: float) -> t
             return
         latencies.append(time.perf_counter() - t)
 
-    pending: set[asyncio.Task] = set()
-    next_at = time.perf_counter()
-    while next_at < stop_at:
-        delay = next_at - time.perf_counter()
-        if delay > 0:
-            await asyncio.sleep(delay)
-        task = asyncio.create_task(call(next(source)))
-        pending.add(task)
-        task.add_done_callback(pending.discard)
-        next_at += rng.expovariate(rate)
-    await asyncio.gather(*pending)
+    await send_at_poisson_times(call, rate, stop_at)
     return latencies, errors
 
 

@@ -82,21 +82,34 @@ async def closed_loop(channel, args, words, rec: Recorder, stop_at: float):
     await asyncio.gather(*(worker() for _ in range(args.concurrency)))
 
 
-async def open_loop(channel, args, words, rec: Recorder, stop_at: float):
-    """Poisson arrivals at args.rate calls/s, each call independent of the others' latency."""
-    call, k = make_call(channel, args, words)
-    rng = random.Random(1)
+def poisson_gaps(rate: float, seed: int = 1):
+    """Seconds between arrivals: the one schedule the open loop here and bench/inprocess.py share."""
+    rng = random.Random(seed)
+    while True:
+        yield rng.expovariate(rate)
+
+
+async def send_at_poisson_times(send, rate: float, stop_at: float) -> None:
+    """Start `send()` (a coroutine function) at Poisson times until stop_at, each call independent of
+    the others' latency, then wait for them all."""
     pending = set()
     next_at = time.perf_counter()
+    gaps = poisson_gaps(rate)
     while next_at < stop_at:
         delay = next_at - time.perf_counter()
         if delay > 0:
             await asyncio.sleep(delay)
-        task = asyncio.create_task(timed(call, k, rec))
+        task = asyncio.create_task(send())
         pending.add(task)
         task.add_done_callback(pending.discard)
-        next_at += rng.expovariate(args.rate)
+        next_at += next(gaps)
     await asyncio.gather(*pending)
+
+
+async def open_loop(channel, args, words, rec: Recorder, stop_at: float):
+    """Poisson arrivals at args.rate calls/s."""
+    call, k = make_call(channel, args, words)
+    await send_at_poisson_times(lambda: timed(call, k, rec), args.rate, stop_at)
 
 
 async def streaming(channel, args, words, rec: Recorder, stop_at: float):
