@@ -54,6 +54,13 @@ class Metrics:
         self.decode_row_steps = Counter("attnserve_decode_row_steps",
                                         "Greedy decoder row-steps run (sequences x steps; beam search not counted).",
                                         m, registry=r)
+        # The row-steps of sequences that had not yet ended (their own outputs, and </s> when emitted):
+        # decode_row_steps minus this is the work spent on rows that had ended and wait, in a
+        # request-level batch, for its longest; continuous batching retires a row as it ends (~0).
+        self.decode_row_steps_useful = Counter(
+            "attnserve_decode_row_steps_useful",
+            "Greedy decoder row-steps of sequences that had not yet ended (of attnserve_decode_row_steps_total).",
+            m, registry=r)
         self.decode_row_steps_after_cancel = Counter(
             "attnserve_decode_row_steps_after_cancel",
             "Decoder row-steps run for sequences whose caller had cancelled or whose deadline had passed.",
@@ -103,7 +110,8 @@ class ModelMetrics:
     same attribute names as Metrics, so that they need not know which model they serve."""
 
     PER_MODEL = ("inputs", "batch_size", "batch_seconds", "queue_wait_seconds", "queue_depth", "decode_steps",
-                 "generated_tokens", "model_load_seconds", "decode_row_steps", "decode_row_steps_after_cancel",
+                 "generated_tokens", "model_load_seconds", "decode_row_steps", "decode_row_steps_useful",
+                 "decode_row_steps_after_cancel",
                  "overrides_entries", "cache_evictions", "cache_entries")
 
     def __init__(self, metrics: Metrics, model: str):

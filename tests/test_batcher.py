@@ -425,3 +425,53 @@ async def test_no_cache_with_zero_entries():
         await b.transduce(["abc"])
     assert len(engine.batches) == 3
     await b.stop()
+
+
+# --- row-step counters ----------------------------------------------------------------------
+
+
+class LengthEngine(FakeEngine):
+    """FakeEngine whose rows take their source's length + 1 steps (one output a symbol, then
+    </s>), each batch taking `step_s` a step of its longest row."""
+
+    def __init__(self, step_s=0.0):
+        super().__init__()
+        self.step_s = step_s
+
+    def decode(self, sources, max_output_lens=None, top_k=None):
+        self.gate.wait(5)
+        self.batches.append(["".join(s) for s in sources])
+        time.sleep(self.step_s * (max(len(s) for s in sources) + 1))
+        return [Decoded(src_tokens=s, output_ids=list(range(len(s))), output_tokens=[t.upper() for t in s],
+                        score=-1.0, attn=None, finished=True) for s in sources]
+
+
+def row_steps(b) -> tuple[float, float, float]:
+    m = b.metrics
+    return m.decode_steps._value.get(), m.decode_row_steps._value.get(), m.decode_row_steps_useful._value.get()
+
+
+SHORT = ["ab", "cd", "ef", "gh"]
+LONG = ["a" * 20, "b" * 20, "c" * 20, "d" * 20]
+MIXED = [w for pair in zip(SHORT, LONG) for w in pair]
+
+
+async def test_row_step_counters_for_a_known_batch():
+    engine = LengthEngine()
+    b = await started(engine, max_batch_size=8)
+    results = await b.transduce(MIXED)  # queued at once: one popped batch
+    assert [r.output_tokens for (r,) in results] == [list(w.upper()) for w in MIXED]
+    # one batch of 21 steps; the short rows' own steps are 3 each, the other 18 are waste
+    assert engine.batches == [MIXED]
+    assert row_steps(b) == (21, 8 * 21, 4 * 3 + 4 * 21)
+    await b.stop()
+
+
+async def test_continuous_counts_every_row_step_as_useful():
+    engine = StepEngine()
+    b = await continuous(engine, max_batch_size=8)
+    await b.transduce(MIXED)
+    steps, rows, useful = row_steps(b)
+    assert rows == useful == sum(len(w) + 1 for w in MIXED)  # rows leave at the step they end
+    assert steps == 21
+    await b.stop()

@@ -220,8 +220,10 @@ class Batcher(Answers):
                                          [batch[i].options.attention_top_k for i in greedy])
             steps = max(d.steps for d in decoded)
             self.metrics.decode_steps.inc(steps)
-            # Every row stays in a request-level batch until its last step, cancelled callers' too.
+            # Every row stays in a request-level batch until its last step, cancelled callers' too;
+            # its own steps end at its </s> (or its limit), the rest is spent waiting for the longest.
             self.metrics.decode_row_steps.inc(steps * len(greedy))
+            self.metrics.decode_row_steps_useful.inc(sum(d.steps for d in decoded))
             for i, d in zip(greedy, decoded):
                 results[i] = [d]
         for i, hyps in self._beam([(i, it) for i, it in enumerate(batch)
@@ -356,6 +358,7 @@ class ContinuousBatcher(Batcher):
         self.metrics.batch_seconds.observe(time.perf_counter() - started)
         self.metrics.decode_steps.inc()
         self.metrics.decode_row_steps.inc(len(seqs))
+        self.metrics.decode_row_steps_useful.inc(len(seqs))  # a row leaves at the step it ends
         finished, keep = [], []
         for i, q in enumerate(seqs):
             token = int(y[i])
