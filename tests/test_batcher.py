@@ -7,9 +7,10 @@ import numpy as np
 import pytest
 
 from service.scheduling.batcher import Batcher, DeadlineExpired, InvalidInput, NotReady, Overloaded
-from service.config import BatcherConfig
+from service.config import BatcherConfig, parse_config
 from service.engine.engine import Decoded
 from service.metrics import Metrics
+from service.scheduling import lengths
 
 
 class FakeEngine:
@@ -427,7 +428,7 @@ async def test_no_cache_with_zero_entries():
     await b.stop()
 
 
-# --- row-step counters ----------------------------------------------------------------------
+# --- row-step counters and length grouping (service/scheduling/lengths.py) ------------------
 
 
 class LengthEngine(FakeEngine):
@@ -456,14 +457,18 @@ LONG = ["a" * 20, "b" * 20, "c" * 20, "d" * 20]
 MIXED = [w for pair in zip(SHORT, LONG) for w in pair]
 
 
-async def test_row_step_counters_for_a_known_batch():
+@pytest.mark.parametrize("grouping", [False, True])
+async def test_row_step_counters_for_a_known_batch(grouping):
     engine = LengthEngine()
-    b = await started(engine, max_batch_size=8)
+    b = await started(engine, max_batch_size=8, length_grouping=grouping)
     results = await b.transduce(MIXED)  # queued at once: one popped batch
     assert [r.output_tokens for (r,) in results] == [list(w.upper()) for w in MIXED]
-    # one batch of 21 steps; the short rows' own steps are 3 each, the other 18 are waste
-    assert engine.batches == [MIXED]
-    assert row_steps(b) == (21, 8 * 21, 4 * 3 + 4 * 21)
+    if grouping:  # two groups, shortest first: 3 steps for 4 rows, then 21 for 4; no row waits
+        assert engine.batches == [SHORT, LONG]
+        assert row_steps(b) == (3 + 21, 4 * 3 + 4 * 21, 4 * 3 + 4 * 21)
+    else:  # one batch of 21 steps; the short rows' own steps are 3 each, the other 18 are waste
+        assert engine.batches == [MIXED]
+        assert row_steps(b) == (21, 8 * 21, 4 * 3 + 4 * 21)
     await b.stop()
 
 
@@ -475,3 +480,62 @@ async def test_continuous_counts_every_row_step_as_useful():
     assert rows == useful == sum(len(w) + 1 for w in MIXED)  # rows leave at the step they end
     assert steps == 21
     await b.stop()
+
+
+async def test_length_groups_answer_short_callers_before_the_long_group_runs():
+    engine = LengthEngine(step_s=0.01)  # the long group takes 0.21 s, the short one 0.03 s
+    engine.gate.clear()
+    b = await started(engine, max_batch_size=8)  # length grouping is the default
+    hold = asyncio.ensure_future(b.transduce(["hold"]))
+    await asyncio.sleep(0.02)  # "hold" is in the engine; the eight calls below queue behind it
+    done_at: dict[str, float] = {}
+
+    async def call(w):
+        await b.transduce([w])
+        done_at[w] = time.perf_counter()
+    calls = [asyncio.ensure_future(call(w)) for w in MIXED]
+    await asyncio.sleep(0.02)
+    engine.gate.set()
+    await asyncio.gather(hold, *calls)
+    assert engine.batches == [["hold"], SHORT, LONG]
+    assert max(done_at[w] for w in SHORT) < min(done_at[w] for w in LONG) - 0.1
+    await b.stop()
+
+
+async def test_length_grouping_never_passes_over_a_source_popped_earlier():
+    """The long sources of a popped batch go before shorter ones queued after them: sorting the
+    whole queue by length would put every short source first and the long ones last."""
+    engine = LengthEngine()
+    engine.gate.clear()
+    b = await started(engine, max_batch_size=8)
+    hold = asyncio.ensure_future(b.transduce(["hold"]))
+    await asyncio.sleep(0.02)
+    first = asyncio.ensure_future(b.transduce(MIXED))  # the oldest 8: the next batch
+    later = [f"{c}{c}" for c in "pqrstuvw"]
+    second = asyncio.ensure_future(b.transduce(later))  # short, but queued after them
+    await asyncio.sleep(0.02)
+    engine.gate.set()
+    await asyncio.gather(hold, first, second)
+    assert engine.batches == [["hold"], SHORT, LONG, later]
+    await b.stop()
+
+
+def test_split_groups_by_length_shortest_first_and_only_where_it_saves():
+    mixed = [len(w) for w in MIXED]
+    assert lengths.split(mixed) == [[0, 2, 4, 6], [1, 3, 5, 7]]
+    assert lengths.split([7] * 64) == [list(range(64))]  # one length: nothing to save
+    assert lengths.split([3, 6]) == [[0, 1]]  # a second call would cost more than the 3 row-steps saved
+    assert lengths.split([2, 20]) == [[0], [1]]  # 18 saved: worth a second call
+    assert lengths.split([5, 6, 5, 6, 5]) == [[0, 2, 4, 1, 3]]  # near lengths stay together
+    assert lengths.split([]) == []
+    # A short limit on the long sources' outputs takes away the reason to split.
+    capped = [lengths.expected_steps(n, 3) for n in mixed]
+    assert lengths.split(mixed, capped) == [list(range(8))[0::2] + list(range(8))[1::2]]
+    groups = lengths.split([len(w) for w in MIXED * 8 + ["abcdefgh"] * 5])
+    assert sorted(i for g in groups for i in g) == list(range(69))  # every source, once
+
+
+def test_length_grouping_is_a_flag():
+    assert BatcherConfig().length_grouping is True
+    assert parse_config(["--length-grouping", "false"], {}).batcher.length_grouping is False
+    assert parse_config([], {"ATTNSERVE_LENGTH_GROUPING": "false"}).batcher.length_grouping is False

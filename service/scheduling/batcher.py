@@ -4,7 +4,8 @@ A request's sources go into one bounded queue, each with its own future. Two mod
 
 - `Batcher` (request-level): take up to `max_batch_size` sources, waiting at most
   `max_wait_ms` after the first arrival for company, decode them to the end
-  together, resolve every future.
+  together, resolve every future. With `length_grouping` (service/scheduling/lengths.py) a
+  batch is decoded as length-sorted groups, shortest first, each answered as it ends.
 - `ContinuousBatcher` (step-level): the decoder runs as a loop of steps over the
   active sequences; queued sources join at the next step (after their encoder
   pass) and a sequence leaves the moment it emits </s> or reaches its length
@@ -32,6 +33,7 @@ from service.engine.forced import force
 from service.scheduling.answers import Answers, InvalidInput, NotReady  # noqa: F401 (InvalidInput: the callers import it from here)
 from service.scheduling.cache import ResponseCache
 from service.scheduling.lexicon import Lexicon
+from service.scheduling import lengths
 from service.metrics import ModelMetrics
 from service.tasks import cancel_and_wait
 
@@ -179,30 +181,49 @@ class Batcher(Answers):
             batch = await self._next_batch()
             if not batch:
                 continue
-            self.metrics.batch_size.observe(len(batch))
             await self._decode_and_resolve(batch)
 
+    def _groups(self, batch: list[_Item]) -> list[list[_Item]]:
+        """The engine batches a popped batch is decoded as, in order: the sources popped together
+        are all decoded before the next pop, so grouping never passes a source over."""
+        if not self.cfg.length_grouping or len(batch) < 2:
+            return [batch]
+        return [[batch[i] for i in g] for g in lengths.split(
+            [len(it.tokens) for it in batch],
+            [lengths.expected_steps(len(it.tokens), it.options.max_output_len) for it in batch])]
+
     async def _decode_and_resolve(self, batch: list[_Item]) -> None:
-        """Decode whole items in the worker thread; an engine failure fails only these callers."""
+        """Decode whole items in the worker thread, group by group, each group's callers answered as
+        it ends; an engine failure fails only that group's callers."""
         started = time.perf_counter()
         # The rate admission uses is wall time from when this batch could start (the previous one's
         # end, or its first arrival) to its end: the hand-offs through a busy event loop count too.
         could_start = max(self._last_end_s, min(it.enqueued_s for it in batch))
-        try:
-            results = await asyncio.get_running_loop().run_in_executor(self._executor, self._decode_whole, batch)
-        except Exception as e:
-            for it in batch:
+        decoded = 0
+        for group in self._groups(batch):
+            group = [it for it in group if not it.future.done()]  # callers gone while a group before ran
+            if not group:
+                continue
+            self.metrics.batch_size.observe(len(group))
+            group_started = time.perf_counter()
+            try:
+                results = await asyncio.get_running_loop().run_in_executor(self._executor, self._decode_whole, group)
+            except Exception as e:
+                for it in group:
+                    if not it.future.done():
+                        it.future.set_exception(e)
+                continue
+            self.metrics.batch_seconds.observe(time.perf_counter() - group_started)
+            decoded += len(group)
+            for it, hyps in zip(group, results):
                 if not it.future.done():
-                    it.future.set_exception(e)
+                    it.future.set_result(hyps)
+        if not decoded:
             return
         end = time.perf_counter()
-        self.metrics.batch_seconds.observe(end - started)
-        self.rate.record(len(batch), end - could_start, len(batch))
+        self.rate.record(decoded, end - could_start, len(batch))
         self._last_end_s = end
         self._batch_s = 0.8 * self._batch_s + 0.2 * (end - started)
-        for it, hyps in zip(batch, results):
-            if not it.future.done():
-                it.future.set_result(hyps)
 
     def _decode_whole(self, batch: list[_Item]) -> list[list[Decoded]]:
         """Worker thread: greedy items in one batch, beam items in one batch per option set."""
