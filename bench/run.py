@@ -115,6 +115,11 @@ def engine_sweep(bundle, words: list[str], seconds: float) -> dict:
                 key = f"{precision}/greedy-loop={loop}/batch={batch}"
                 out[key] = decode_rate(engine, words, batch, seconds)
                 print(f"  engine {key}: {out[key]:.0f} words/s", flush=True)
+            for batch in (32, 64, 128) if loop == "onnx" else ():
+                # As request mode decodes a batch by default (--length-grouping): E is the best of both.
+                key = f"{precision}/greedy-loop={loop}/batch={batch}/length-grouped"
+                out[key] = decode_rate(engine, words, batch, seconds, grouped=True)
+                print(f"  engine {key}: {out[key]:.0f} words/s", flush=True)
     return out
 
 
@@ -152,12 +157,17 @@ def open_loop_curves(server: Server, bundle_dir: str, words_file: Path, mode: st
     return out
 
 
-def decode_rate(engine: Engine, words: list[str], batch: int, seconds: float) -> float:
+def decode_rate(engine: Engine, words: list[str], batch: int, seconds: float, grouped: bool = False) -> float:
+    """Words/s of batches taken in order from the shuffled words; grouped: each batch decoded as
+    service/scheduling/lengths.py's length-sorted groups, as the batcher does."""
+    from service.scheduling import lengths
+
     n, started, i = 0, time.perf_counter(), 0
     while time.perf_counter() - started < seconds:
         chunk = [list(w) for w in words[i:i + batch]] or [list(w) for w in words[:batch]]
         i = (i + batch) % len(words)
-        engine.decode(chunk)
+        for group in lengths.split([len(w) for w in chunk]) if grouped else [range(len(chunk))]:
+            engine.decode([chunk[k] for k in group])
         n += len(chunk)
     return n / (time.perf_counter() - started)
 
