@@ -19,7 +19,8 @@ FRONTIER = (
     ("shipped g2p-en, fp32", "models/g2p-en/1", "fp32"),
     ("shipped g2p-en, int8", "models/g2p-en/1", "int8"),
     ("ensemble: shipped + compact", "build/frontier/ensemble/1", "fp32"),
-    ("g2p-en's architecture (GRU, no attention), ours", "bench/models/g2p-en-gru/1", "int8"),
+    ("g2p-en's architecture (GRU, no attention), ours, fp32", "bench/models/g2p-en-gru/1", "fp32"),
+    ("g2p-en's architecture (GRU, no attention), ours, int8", "bench/models/g2p-en-gru/1", "int8"),
     ("compact, fp32", "models/g2p-en-compact/1", "fp32"),
     ("compact, int8", "models/g2p-en-compact/1", "int8"),
 )
@@ -45,7 +46,10 @@ def engine_point(bundle_dir: str, precision: str, words: list[str], refs: dict) 
         t = time.perf_counter()
         engine.decode([list(w)])
         lat.append(time.perf_counter() - t)
+    from service.engine.engine import served_precision
+
     return {"bundle": bundle_dir, "precision": precision, "parameters": bundle.manifest.get("parameters"),
+            "served": precision == served_precision(bundle.manifest, "auto"),  # what --precision auto serves
             "wer": s.wer, "per": s.per, "words": len(words), "batch64_words_per_s": batch64,
             "batch1_p50_ms": 1000 * float(np.median(lat)), "batch1_words_per_s": len(lat) / sum(lat)}
 
