@@ -14,19 +14,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import random
 import shutil
 import subprocess
 import tempfile
-import urllib.request
 from pathlib import Path
 
-from prometheus_client.parser import text_string_to_metric_families
 
 from bench.overload import METHOD, write_requests
-from bench.run import BIN, MODEL_ONLY, Server, free_port
+from bench.run import BIN, MODEL_ONLY, Server, free_port, metric_samples, test_words
 from service.engine.bundle import MANIFEST, load_bundle, write_manifest
-from training.evaluate import load_refs
 
 A, B = "model-a", "model-b"
 
@@ -50,14 +46,12 @@ def result(proc: subprocess.Popen) -> dict:
 
 
 def engine_seconds(metrics_port: int) -> dict[str, float]:
-    text = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5).read().decode()
-    return {s.labels["model"]: s.value for f in text_string_to_metric_families(text) for s in f.samples
+    return {s.labels["model"]: s.value for s in metric_samples(metrics_port)
             if s.name == "attnserve_batch_duration_seconds_sum"}
 
 
 def measure(bundle_dir: Path, binary: str, seconds: float) -> dict:
-    words = ["".join(src) for src in load_refs(load_bundle(bundle_dir).manifest["data"], "test")]
-    random.Random(0).shuffle(words)
+    words = test_words(load_bundle(bundle_dir))
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         for name in (A, B):

@@ -19,69 +19,44 @@ from __future__ import annotations
 
 import argparse
 import json
-import random
-import socket
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 
-BIN = Path(sys.executable).parent
-MODEL_ONLY = ["--lexicon", "false", "--cache-entries", "0"]
+from bench.run import BIN, MODEL_ONLY, Server, free_port, metric_samples, test_words, varied
 
 
 def workloads(bundle_dir: str) -> dict[str, list[str]]:
-    """As bench/run.py builds them."""
+    """make bench's two single-word workloads."""
     from service.engine.bundle import load_bundle
-    from training.evaluate import load_refs
 
-    words = ["".join(src) for src in load_refs(load_bundle(bundle_dir).manifest["data"], "test")]
-    random.Random(0).shuffle(words)
-    short, long_ = [w for w in words if len(w) <= 4], [w for w in words if len(w) >= 11]
-    return {"varied": [w for pair in zip(short, long_) for w in pair], "uniform": words}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    words = test_words(load_bundle(bundle_dir))
+    return {"varied": varied(words), "uniform": words}
 
 
 def counters(metrics_port: int) -> tuple[float, float]:
-    text = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10).read().decode()
-    got = {}
-    for line in text.splitlines():
-        name = line.split("{", 1)[0].split(" ", 1)[0]
-        if name in ("attnserve_decode_row_steps_total", "attnserve_decode_row_steps_useful_total"):
-            got[name] = got.get(name, 0.0) + float(line.rsplit(" ", 1)[1])
-    return got.get("attnserve_decode_row_steps_total", 0.0), got.get("attnserve_decode_row_steps_useful_total", 0.0)
+    """attnserve_decode_row_steps_total and attnserve_decode_row_steps_useful_total, over models."""
+    got = {"attnserve_decode_row_steps_total": 0.0, "attnserve_decode_row_steps_useful_total": 0.0}
+    for sample in metric_samples(metrics_port):
+        if sample.name in got:
+            got[sample.name] += sample.value
+    return got["attnserve_decode_row_steps_total"], got["attnserve_decode_row_steps_useful_total"]
 
 
 def serve_and_load(bundle_dir: str, grouping: str, words_file: Path, duration_s: float, concurrency: int,
                    words_per_request: int = 1) -> dict:
-    port, metrics_port = free_port(), free_port()
-    proc = subprocess.Popen([str(BIN / "attnserve-server"), "--model-dir", bundle_dir, "--host", "127.0.0.1",
-                             "--port", str(port), "--metrics-port", str(metrics_port), *MODEL_ONLY,
-                             "--mode", "request", "--length-grouping", grouping],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.time() + 120
-        while subprocess.run([sys.executable, "-m", "service.client.healthcheck", "--addr", f"127.0.0.1:{port}",
-                              "--timeout-s", "1"], capture_output=True, check=False).returncode != 0:
-            if time.time() > deadline or proc.poll() is not None:
-                raise RuntimeError(f"the server ({grouping}) did not start")
-            time.sleep(0.5)
+    metrics_port = free_port()
+    with Server([str(BIN / "attnserve-server"), "--model-dir", bundle_dir, "--host", "127.0.0.1",
+                 "--metrics-port", str(metrics_port), *MODEL_ONLY, "--mode", "request",
+                 "--length-grouping", grouping]) as server:
         rows0, useful0 = counters(metrics_port)
-        out = subprocess.run([sys.executable, "-m", "bench.loadgen", "--addr", f"127.0.0.1:{port}",
+        out = subprocess.run([sys.executable, "-m", "bench.loadgen", "--addr", server.addr,
                               "--words", str(words_file), "--concurrency", str(concurrency),
                               "--words-per-request", str(words_per_request),
                               "--duration-s", str(duration_s)], capture_output=True, text=True, check=True)
         rows1, useful1 = counters(metrics_port)
-    finally:
-        proc.terminate()
-        proc.wait(30)
     r = json.loads(out.stdout)
     r["waste"] = 1 - (useful1 - useful0) / (rows1 - rows0) if rows1 > rows0 else None
     return r

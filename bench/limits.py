@@ -24,7 +24,6 @@ import functools
 import json
 import math
 import os
-import random
 import statistics
 import subprocess
 import sys
@@ -349,14 +348,12 @@ def lines(r: dict) -> list[str]:
 
 def quick_engine(bundle_path, seconds: float) -> dict:
     """words/s at batch 1 and 64 per precision, as bench/run.py's engine sweep measures them."""
-    from bench.run import decode_rate
+    from bench.run import decode_rate, test_words
     from service.engine.bundle import load_bundle
     from service.engine.engine import Engine, EngineConfig
-    from training.evaluate import load_refs
 
     bundle = load_bundle(Path(bundle_path))
-    words = ["".join(src) for src in load_refs(bundle.manifest["data"], "test")]
-    random.Random(0).shuffle(words)
+    words = test_words(bundle)
     out = {}
     for p in ("fp32", "int8") if "encoder.int8" in bundle.manifest["graphs"] else ("fp32",):
         engine = Engine(bundle, EngineConfig(precision=p))

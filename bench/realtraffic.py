@@ -33,12 +33,11 @@ import statistics
 import sys
 import tempfile
 import time
-import urllib.request
 from collections import Counter, OrderedDict
 from importlib.metadata import version
 from pathlib import Path
 
-from bench.run import BIN, Server, engine_sweep, free_port, load
+from bench.run import BIN, Server, engine_sweep, free_port, load, metric_samples, test_words
 
 TOP_N = 50_000
 SEED = 1
@@ -120,19 +119,15 @@ def lru_hit_rate(tokens: list[str], entries: int, skip: int, upto: int | None = 
 
 def scrape(metrics_port: int) -> dict:
     """attnserve_cache_lookups_total by result and attnserve_answers_total by origin, summed over models."""
-    from prometheus_client.parser import text_string_to_metric_families
-
-    text = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10).read().decode()
     out: dict[str, float] = {}
-    for fam in text_string_to_metric_families(text):
-        for s in fam.samples:
-            if s.name == "attnserve_cache_lookups_total":
-                key = "cache_" + s.labels["result"]
-            elif s.name == "attnserve_answers_total":
-                key = "answers_" + s.labels["origin"]
-            else:
-                continue
-            out[key] = out.get(key, 0.0) + s.value
+    for s in metric_samples(metrics_port):
+        if s.name == "attnserve_cache_lookups_total":
+            key = "cache_" + s.labels["result"]
+        elif s.name == "attnserve_answers_total":
+            key = "answers_" + s.labels["origin"]
+        else:
+            continue
+        out[key] = out.get(key, 0.0) + s.value
     return out
 
 
@@ -216,15 +211,6 @@ def unloaded_beside_echo(server: Server, one_word: Path, seconds: float, rounds:
             "cached_p50_ms": med(cached, "p50_ms"), "cached_p99_ms": med(cached, "p99_ms"),
             "echo_p50_ms": med(echo_runs, "p50_ms"), "echo_p99_ms": med(echo_runs, "p99_ms"),
             "cached_runs": cached, "echo_runs": echo_runs}
-
-
-def engine_words(bundle) -> list[str]:
-    """bench/run.py's words for the engine sweep: the test split, shuffled with seed 0."""
-    from training.evaluate import load_refs
-
-    words = ["".join(src) for src in load_refs(bundle.manifest["data"], "test")]
-    random.Random(0).shuffle(words)
-    return words
 
 
 def measure(bundle, duration_s: float, engine: dict, echo_unloaded: dict | None = None,
@@ -379,7 +365,7 @@ def main(argv=None):
 
     bundle = load_bundle(args.bundle)
     print("engine (in-process onnxruntime, no server): E", flush=True)
-    engine = engine_sweep(bundle, engine_words(bundle), seconds=args.engine_s)
+    engine = engine_sweep(bundle, test_words(bundle), seconds=args.engine_s)
     rt = measure(bundle, args.duration_s, engine, with_a=not args.no_a, warmup_tokens=args.warmup_tokens)
     rt["engine"] = engine
     rt["machine"] = {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform(),

@@ -36,6 +36,30 @@ OPEN_LOOP_FRACTIONS = (0.3, 0.5, 0.7, 0.9)
 MODEL_ONLY = ["--lexicon", "false", "--cache-entries", "0"]
 
 
+def test_words(bundle) -> list[str]:
+    """The test split's sources, shuffled by random.Random(0): the words every bench measures on."""
+    words = ["".join(src) for src in load_refs(bundle.manifest["data"], "test")]
+    random.Random(0).shuffle(words)
+    return words
+
+
+def varied(words: list[str]) -> list[str]:
+    """The varied-length workload: a word of <= 4 letters, then one of >= 11, in turn, so that
+    output lengths in a batch differ a lot."""
+    short, long_ = [w for w in words if len(w) <= 4], [w for w in words if len(w) >= 11]
+    return [w for pair in zip(short, long_) for w in pair]
+
+
+def metric_samples(metrics_port: int) -> list:
+    """Every sample a server's /metrics shows, parsed by prometheus-client."""
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10).read().decode()
+    return [s for family in text_string_to_metric_families(text) for s in family.samples]
+
+
 def free_port() -> int:
     import socket
 
@@ -182,8 +206,7 @@ def main(argv=None):
     args = p.parse_args(argv)
     bundle = load_bundle(args.bundle)
     refs = load_refs(bundle.manifest["data"], "test")
-    words = ["".join(src) for src in refs]
-    random.Random(0).shuffle(words)
+    words = test_words(bundle)
     d = args.duration_s
     r: dict = {"machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
                            "platform": platform.platform()},
@@ -203,9 +226,8 @@ def main(argv=None):
     tmp = Path(tempfile.mkdtemp(prefix="attnserve-bench-"))
     words_file = tmp / "words.txt"
     words_file.write_text("\n".join(words))
-    varied_file = tmp / "varied.txt"  # half very short, half long words: output lengths differ a lot
-    short, long_ = [w for w in words if len(w) <= 4], [w for w in words if len(w) >= 11]
-    varied_file.write_text("\n".join(w for pair in zip(short, long_) for w in pair))
+    varied_file = tmp / "varied.txt"
+    varied_file.write_text("\n".join(varied(words)))
 
     print("gRPC floor: echo RPC", flush=True)
     with Server([sys.executable, "-m", "bench.echo"], health=False) as echo:
