@@ -28,26 +28,23 @@ FRONTIER = (
 
 def engine_point(bundle_dir: str, precision: str, words: list[str], refs: dict) -> dict:
     from service.engine.bundle import load_bundle
-    from service.engine.engine import EngineConfig
+    from service.engine.engine import EngineConfig, served_precision
     from service.repository.models import warm_engine
+    from training.evaluate import engine_hyps
     from training.metrics import score
 
     bundle = load_bundle(bundle_dir)
     engine = warm_engine(bundle, EngineConfig(precision=precision))
-    ordered = sorted(words, key=len)  # batches of similar length, as engine_hyps evaluates
-    hyps, started = {}, time.perf_counter()
-    for i in range(0, len(ordered), 64):
-        chunk = [list(w) for w in ordered[i:i + 64]]
-        hyps.update({tuple(s): d.output_tokens for s, d in zip(chunk, engine.decode(chunk))})
-    batch64 = len(ordered) / (time.perf_counter() - started)
-    s = score(hyps, {tuple(w): refs[tuple(w)] for w in words})
+    sources = [tuple(w) for w in words]
+    started = time.perf_counter()
+    hyps = engine_hyps(engine, sources, batch_size=64)  # batches of similar length, as evaluation decodes
+    batch64 = len(sources) / (time.perf_counter() - started)
+    s = score(hyps, {src: refs[src] for src in sources})
     lat = []
     for w in words[:BATCH1_WORDS]:
         t = time.perf_counter()
         engine.decode([list(w)])
         lat.append(time.perf_counter() - t)
-    from service.engine.engine import served_precision
-
     return {"bundle": bundle_dir, "precision": precision, "parameters": bundle.manifest.get("parameters"),
             "served": precision == served_precision(bundle.manifest, "auto"),  # what --precision auto serves
             "wer": s.wer, "per": s.per, "words": len(words), "batch64_words_per_s": batch64,
@@ -56,20 +53,15 @@ def engine_point(bundle_dir: str, precision: str, words: list[str], refs: dict) 
 
 def g2p_en_point(words: list[str], refs: dict) -> dict:
     """g2p-en's neural model (bench/peers.py), one word at a time: its only mode."""
-    from bench.peers import PEER_NOTE, load_g2p_en
+    from bench.peers import PEER_NOTE, g2p_en_timed, load_g2p_en
     from training.metrics import score
 
     g = load_g2p_en()
-    hyps, lat = {}, []
-    for w in words:
-        t = time.perf_counter()
-        out = g.predict(w)
-        lat.append(time.perf_counter() - t)
-        hyps[tuple(w)] = [p.rstrip("012") for p in out]  # stress removed, as in our corpus
-    s = score(hyps, {tuple(w): refs[tuple(w)] for w in words})
+    outputs, lat = g2p_en_timed(words, g)
+    s = score({tuple(w): h for w, h in outputs.items()}, {tuple(w): refs[tuple(w)] for w in words})
     first = lat[:BATCH1_WORDS]
-    return {"bundle": "g2p-en 2.1.0 (numpy)", "precision": "fp32", "parameters": sum(v.size for v in g.variables.values()), "wer": s.wer,
-            "per": s.per, "words": len(words), "batch64_words_per_s": len(lat) / sum(lat),
+    return {"bundle": "g2p-en 2.1.0 (numpy)", "precision": "fp32", "parameters": sum(v.size for v in g.variables.values()),
+            "wer": s.wer, "per": s.per, "words": len(words), "batch64_words_per_s": len(lat) / sum(lat),
             "batch1_p50_ms": 1000 * float(np.median(first)), "batch1_words_per_s": len(first) / sum(first),
             "note": PEER_NOTE + "; it decodes one word at a time, so its loop's rate stands for batch 64"}
 
