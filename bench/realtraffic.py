@@ -85,9 +85,10 @@ def lexicon_words(bundle) -> set[str]:
 
 def heldout_words(bundle) -> set[str]:
     """The model's dev and test words (reported, never filtered on)."""
-    from training.evaluate import load_refs
+    from training.evaluate import load_splits
 
-    return {"".join(src) for split in ("dev", "test") for src in load_refs(bundle.manifest["data"], split)}
+    splits = load_splits(bundle.manifest["data"])
+    return {"".join(pair.src) for split in ("dev", "test") for pair in splits[split]}
 
 
 def stream_stats(tokens: list[str], lexicon: set[str], heldout: set[str]) -> dict:

@@ -36,9 +36,10 @@ OPEN_LOOP_FRACTIONS = (0.3, 0.5, 0.7, 0.9)
 MODEL_ONLY = ["--lexicon", "false", "--cache-entries", "0"]
 
 
-def test_words(bundle) -> list[str]:
-    """The test split's sources, shuffled by random.Random(0): the words every bench measures on."""
-    words = ["".join(src) for src in load_refs(bundle.manifest["data"], "test")]
+def test_words(bundle, refs: dict | None = None) -> list[str]:
+    """The test split's sources (refs: its references, when already loaded), shuffled by
+    random.Random(0): the words every bench measures on."""
+    words = ["".join(src) for src in refs or load_refs(bundle.manifest["data"], "test")]
     random.Random(0).shuffle(words)
     return words
 
@@ -206,7 +207,7 @@ def main(argv=None):
     args = p.parse_args(argv)
     bundle = load_bundle(args.bundle)
     refs = load_refs(bundle.manifest["data"], "test")
-    words = test_words(bundle)
+    words = test_words(bundle, refs)
     d = args.duration_s
     r: dict = {"machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
                            "platform": platform.platform()},

@@ -22,8 +22,8 @@ import json
 import time
 from pathlib import Path
 
-from training.data import Pair, load_tsv
-from training.evaluate import engine_hyps, load_refs, source_text
+from training.data import Pair, load_tsv, references
+from training.evaluate import engine_hyps, load_splits, source_text
 
 
 def load_train_targets(path: Path, src_tokens: str, tgt_tokens: str) -> tuple[list[Pair], dict]:
@@ -38,19 +38,12 @@ def load_train_targets(path: Path, src_tokens: str, tgt_tokens: str) -> tuple[li
     return splits["train"], {"path": str(path), "sha256": digest, "pairs": len(splits["train"])}
 
 
-def teacher_targets(bundle_path: str, beam_size: int, precision: str) -> tuple[list[str], int]:
-    """TSV lines `source<TAB>teacher output` for every training source of the bundle's corpus;
-    sources the teacher maps to nothing are left out (their count is returned)."""
-    from service.engine.bundle import load_bundle
-    from service.engine.engine import DecodeOptions, Engine, EngineConfig
+def labelled(engine, sources: list[tuple[str, ...]], src_tokens: str, beam_size: int) -> list[str]:
+    """TSV lines `source<TAB>teacher output` for each source the teacher maps to something."""
+    from service.engine.engine import DecodeOptions
 
-    bundle = load_bundle(bundle_path)
-    data = bundle.manifest["data"]
-    engine = Engine(bundle, EngineConfig(intra_op_threads=0, precision=precision))
-    sources = sorted(load_refs(data, "train"))
     hyps = engine_hyps(engine, sources, DecodeOptions(beam_size=beam_size))
-    lines = [f"{source_text(s, data['src_tokens'])}\t{engine.tgt_joiner.join(hyps[s])}" for s in sources if hyps[s]]
-    return lines, len(sources) - len(lines)
+    return [f"{source_text(s, src_tokens)}\t{engine.tgt_joiner.join(hyps[s])}" for s in sources if hyps[s]]
 
 
 def unlabeled_words(n: int, known: set[str]) -> list[str]:
@@ -71,26 +64,6 @@ def unlabeled_words(n: int, known: set[str]) -> list[str]:
     return out
 
 
-def labelled_lines(bundle_path: str, words: list[str], beam_size: int, precision: str) -> list[str]:
-    from service.engine.bundle import load_bundle
-    from service.engine.engine import DecodeOptions, Engine, EngineConfig
-
-    bundle = load_bundle(bundle_path)
-    engine = Engine(bundle, EngineConfig(intra_op_threads=0, precision=precision))
-    hyps = engine_hyps(engine, [tuple(w) for w in words], DecodeOptions(beam_size=beam_size))
-    return [f"{w}\t{engine.tgt_joiner.join(hyps[tuple(w)])}" for w in words if hyps[tuple(w)]]
-
-
-def reference_lines(bundle_path: str) -> tuple[list[str], set[str]]:
-    """The training references as TSV lines (every pronunciation), and every source of the corpus."""
-    from service.engine.bundle import load_bundle
-
-    data = load_bundle(bundle_path).manifest["data"]
-    known = {source_text(s, data["src_tokens"]) for split in ("train", "dev", "test") for s in load_refs(data, split)}
-    refs = load_refs(data, "train")
-    return [f"{source_text(s, data['src_tokens'])}\t{' '.join(t)}" for s in sorted(refs) for t in refs[s]], known
-
-
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--bundle", required=True, help="the teacher: a bundle directory (an ensemble's, typically)")
@@ -103,17 +76,25 @@ def main(argv=None):
                    help="add N frequent English words the corpus lacks, labelled by the teacher (Sun et al. 2019)")
     args = p.parse_args(argv)
     started = time.perf_counter()
+    from service.engine.bundle import load_bundle
+    from service.engine.engine import Engine, EngineConfig
+
+    bundle = load_bundle(args.bundle)
+    data = bundle.manifest["data"]
+    splits = load_splits(data)  # parsed once: the training sources, and every source the corpus holds
+    train = references(splits["train"])
+    engine = None if args.keep_references and not args.unlabeled_wordfreq else \
+        Engine(bundle, EngineConfig(intra_op_threads=0, precision=args.precision))
+    empty = 0
     if args.keep_references:
-        lines, known = reference_lines(args.bundle)
-        empty = 0
+        lines = [f"{source_text(s, data['src_tokens'])}\t{' '.join(t)}" for s in sorted(train) for t in train[s]]
     else:
-        lines, empty = teacher_targets(args.bundle, args.beam_size, args.precision)
-        known = None
+        lines = labelled(engine, sorted(train), data["src_tokens"], args.beam_size)
+        empty = len(train) - len(lines)
     if args.unlabeled_wordfreq:
-        if known is None:
-            known = reference_lines(args.bundle)[1]
-        lines += labelled_lines(args.bundle, unlabeled_words(args.unlabeled_wordfreq, known), args.beam_size,
-                                args.precision)
+        known = {source_text(pair.src, data["src_tokens"]) for pairs in splits.values() for pair in pairs}
+        words = unlabeled_words(args.unlabeled_wordfreq, known)
+        lines += labelled(engine, [tuple(w) for w in words], data["src_tokens"], args.beam_size)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
     print(json.dumps({"teacher": args.bundle, "out": str(args.out), "pairs": len(lines), "left_out_empty": empty,

@@ -16,10 +16,14 @@ from training.data import load_cmudict, load_tsv, references, strip_stress
 from training.metrics import score
 
 
+def load_splits(data: dict) -> dict:
+    """The corpus a manifest's `data` describes, split: {split: [Pair]} (parse it once, use it often)."""
+    return (load_cmudict(keep_stress=data["keep_stress"]) if data["corpus"] == "cmudict"
+            else load_tsv(data["path"], data["src_tokens"], data["tgt_tokens"]))
+
+
 def load_refs(data: dict, split: str) -> dict:
-    splits = (load_cmudict(keep_stress=data["keep_stress"]) if data["corpus"] == "cmudict"
-              else load_tsv(data["path"], data["src_tokens"], data["tgt_tokens"]))
-    return references(splits[split])
+    return references(load_splits(data)[split])
 
 
 def source_text(src: tuple[str, ...], src_tokens: str) -> str:

@@ -21,7 +21,8 @@ from onnxruntime.quantization import QuantType, quantize_dynamic
 
 from service.engine.bundle import load_bundle, write_manifest
 from service.engine.engine import Engine, EngineConfig
-from training.evaluate import evaluate_engine, load_refs
+from training.data import references
+from training.evaluate import evaluate_engine, load_splits
 
 QUANTIZED_OPS = ["MatMul", "Gemm", "LSTM"]
 
@@ -42,7 +43,8 @@ def quantize_bundle(path: Path) -> dict:
     write_manifest(bundle.path, manifest)  # hash the new files before the engine loads them
     engine = Engine(load_bundle(bundle.path), EngineConfig(intra_op_threads=0, precision="int8",
                                                            max_output_len=manifest.get("max_output_len", 40)))
-    metrics = {split: evaluate_engine(engine, load_refs(manifest["data"], split)) for split in ("dev", "test")}
+    splits = load_splits(manifest["data"])
+    metrics = {split: evaluate_engine(engine, references(splits[split])) for split in ("dev", "test")}
     manifest["int8"] = {"metrics": metrics, "quantized_ops": ops,
                         "method": "onnxruntime.quantization.quantize_dynamic, QInt8 weights, " + "/".join(QUANTIZED_OPS)}
     write_manifest(bundle.path, manifest)
