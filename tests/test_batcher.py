@@ -443,6 +443,8 @@ class LengthEngine(FakeEngine):
         self.gate.wait(5)
         self.batches.append(["".join(s) for s in sources])
         time.sleep(self.step_s * (max(len(s) for s in sources) + 1))
+        if self.fail_on in self.batches[-1]:
+            raise RuntimeError(f"engine failed on {self.fail_on}")
         return [Decoded(src_tokens=s, output_ids=list(range(len(s))), output_tokens=[t.upper() for t in s],
                         score=-1.0, attn=None, finished=True) for s in sources]
 
@@ -517,6 +519,45 @@ async def test_length_grouping_never_passes_over_a_source_popped_earlier():
     engine.gate.set()
     await asyncio.gather(hold, first, second)
     assert engine.batches == [["hold"], SHORT, LONG, later]
+    await b.stop()
+
+
+async def test_an_engine_failure_in_one_length_group_fails_only_that_groups_callers():
+    engine = LengthEngine()
+    engine.fail_on = LONG[0]
+    engine.gate.clear()
+    b = await started(engine, max_batch_size=8)
+    hold = asyncio.ensure_future(b.transduce(["hold"]))
+    await asyncio.sleep(0.02)
+    calls = [asyncio.ensure_future(b.transduce([w])) for w in MIXED]  # one popped batch, two groups
+    await asyncio.sleep(0.02)
+    engine.gate.set()
+    await hold
+    outcomes = dict(zip(MIXED, await asyncio.gather(*calls, return_exceptions=True)))
+    assert engine.batches == [["hold"], SHORT, LONG]
+    assert all(outcomes[w][0][0].output_tokens == list(w.upper()) for w in SHORT)
+    assert all(isinstance(outcomes[w], RuntimeError) for w in LONG)
+    assert (await b.transduce(["ok"]))[0][0].output_tokens == ["O", "K"]  # the loop goes on
+    await b.stop()
+
+
+async def test_a_length_group_whose_callers_all_left_is_not_decoded():
+    engine = LengthEngine(step_s=0.05)  # "hold" takes 0.25 s, the short group 0.15 s after it
+    engine.gate.clear()
+    b = await started(engine, max_batch_size=8)
+    hold = asyncio.ensure_future(b.transduce(["hold"]))
+    await asyncio.sleep(0.02)
+    short = [asyncio.ensure_future(b.transduce([w])) for w in SHORT]
+    long_call = asyncio.ensure_future(b.transduce(LONG))  # one caller, the whole long group
+    await asyncio.sleep(0.02)
+    engine.gate.set()
+    await hold
+    await asyncio.sleep(0.07)  # the short group is decoding
+    long_call.cancel()
+    assert [r[0][0].output_tokens for r in await asyncio.gather(*short)] == [list(w.upper()) for w in SHORT]
+    await asyncio.sleep(0.1)
+    assert engine.batches == [["hold"], SHORT]  # the long group's caller left: nothing decoded for it
+    assert long_call.cancelled()
     await b.stop()
 
 
