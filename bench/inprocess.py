@@ -19,32 +19,28 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
 
-from bench.loadgen import send_at_poisson_times
+from bench.loadgen import Recorder, send_at_poisson_times
 from service.scheduling.batcher import DeadlineExpired, Overloaded
 
 
-async def open_loop(batcher, words: list[str], rate: float, stop_at: float) -> tuple[list[float], int]:
-    """Latencies (s) of one-word calls sent at bench/loadgen.py's Poisson times until stop_at, and the
-    number that failed."""
+async def open_loop(batcher, words: list[str], rate: float, stop_at: float, rec: Recorder) -> None:
+    """One-word calls sent at bench/loadgen.py's Poisson times until stop_at, recorded as the load
+    generator records its RPCs (a refusal counts as its failed call)."""
     source = itertools.cycle(words)
-    latencies: list[float] = []
-    errors = 0
 
     async def call() -> None:
-        nonlocal errors
         text = next(source)
-        t = time.perf_counter()
+        started = time.perf_counter()
         try:
             await batcher.transduce([text])
-        except (Overloaded, DeadlineExpired):  # counted as the loadgen counts a failed RPC
-            errors += 1
+        except (Overloaded, DeadlineExpired):
+            rec.errors += 1
             return
-        latencies.append(time.perf_counter() - t)
+        rec.latencies.append(time.perf_counter() - started)
+        rec.words += 1
 
     await send_at_poisson_times(call, rate, stop_at)
-    return latencies, errors
 
 
 async def run(bundle_path: str, words: list[str], mode: str, rate: float, duration_s: float, warmup_s: float,
@@ -60,19 +56,18 @@ async def run(bundle_path: str, words: list[str], mode: str, rate: float, durati
     batcher = make_batcher(engine, BatcherConfig(mode=mode, cache_entries=0, lexicon=False),
                            Metrics().for_model("bench"))
     batcher.start()
+    rec = Recorder()
     try:
         if warmup_s:
-            await open_loop(batcher, words, rate, time.perf_counter() + warmup_s)
+            await open_loop(batcher, words, rate, time.perf_counter() + warmup_s, Recorder())
         t0 = time.perf_counter()
-        latencies, errors = await open_loop(batcher, words, rate, t0 + duration_s)
+        await open_loop(batcher, words, rate, t0 + duration_s, rec)
         seconds = time.perf_counter() - t0
     finally:
         await batcher.stop()
-    lat = np.array(latencies or [0.0]) * 1000  # (calls,) ms
-    return {"seconds": round(seconds, 3), "calls": len(latencies), "errors": errors,
-            "calls_per_s": len(latencies) / seconds, "words_per_s": len(latencies) / seconds,
-            "p50_ms": float(np.percentile(lat, 50)), "p90_ms": float(np.percentile(lat, 90)),
-            "p99_ms": float(np.percentile(lat, 99))}
+    out = rec.summary(seconds, cpu=0.0)
+    del out["client_cpu_s"], out["client_cpu_util"]  # no client here
+    return out
 
 
 def measure(bundle_path: str, words_file: str, mode: str, rate: float, duration_s: float,

@@ -25,7 +25,7 @@ def loop_rows(engine: dict) -> list[tuple[str, float, float, float]]:
 
 MODES = ("continuous", "request")
 SHIPPED = "shipped g2p-en, {}"  # bench/frontier.py's labels
-G2P_EN_OURS = "g2p-en's architecture (GRU, no attention), ours, {}"  # served precision (auto) filled in
+G2P_EN_OURS = tuple(f"g2p-en's architecture (GRU, no attention), ours, {p}" for p in ("int8", "fp32"))
 G2P_EN_LOOP = "g2p-en (its numpy loop)"
 COMPACT = ("compact, int8", "compact, fp32")
 
@@ -61,12 +61,16 @@ def server_rows(r: dict, mode: str) -> list[tuple[str, float, float, str]]:
     ]
 
 
+def served(points: dict, labels: tuple[str, ...]) -> dict | None:
+    """Of one model's frontier points (one label per precision), the one --precision auto serves."""
+    return next((points[k] for k in labels if k in points and points[k]["served"]), None)
+
+
 def peer_rows(r: dict) -> list[tuple[str, float, float, str]]:
     """Targets 6 and 7, from bench/frontier.py's points."""
     f = r.get("frontier", {})
     rows = []
-    ours = next((f[k] for p in ("int8", "fp32") if (k := G2P_EN_OURS.format(p)) in f
-                 and f[k].get("served")), None)
+    ours = served(f, G2P_EN_OURS)
     loop = f.get(G2P_EN_LOOP)
     if ours and loop:
         wer = f"; test WER ours {100 * ours['wer']:.2f}%, g2p-en {100 * loop['wer']:.2f}%"
@@ -78,7 +82,7 @@ def peer_rows(r: dict) -> list[tuple[str, float, float, str]]:
                   2.0, f"ours {ours['batch1_words_per_s']:.0f} words/s (p50 {ours['batch1_p50_ms']:.2f} ms); "
                   f"g2p-en {loop['batch1_words_per_s']:.0f} words/s (p50 {loop['batch1_p50_ms']:.2f} ms)")]
     shipped = f.get(SHIPPED.format(r.get("served_precision", "fp32")))
-    compact = next((f[k] for k in COMPACT if k in f and f[k].get("served")), None)
+    compact = served(f, COMPACT)
     if shipped and compact:
         speed = compact["batch64_words_per_s"] / shipped["batch64_words_per_s"]
         dwer = 100 * (compact["wer"] - shipped["wer"])

@@ -34,11 +34,15 @@ def test_the_in_process_driver_sends_the_schedules_calls_in_order_and_counts_ref
     rate, duration_s = 400.0, 0.5
     batcher = FakeBatcher()
 
+    rec = loadgen.Recorder()
+
     async def drive():
         t0 = time.perf_counter()
-        return t0, await inprocess.open_loop(batcher, ["a", "b", "c"], rate, t0 + duration_s)
+        await inprocess.open_loop(batcher, ["a", "b", "c"], rate, t0 + duration_s, rec)
+        return t0
 
-    t0, (latencies, errors) = asyncio.run(drive())
+    t0 = asyncio.run(drive())
+    latencies, errors = rec.latencies, rec.errors
     due = list(itertools.takewhile(lambda t: t < duration_s, itertools.accumulate(loadgen.poisson_gaps(rate))))
     n = 1 + len(due)  # the first call at 0, then one per gap that ends before the stop
     assert len(batcher.texts) == n and batcher.texts[:4] == ["a", "b", "c", "a"]
