@@ -11,6 +11,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from attnserve.v1 import attnserve_pb2 as pb, attnserve_pb2_grpc as pbg
 from inference import grpc_service_pb2 as kpb, grpc_service_pb2_grpc as kpbg
+from scripts.container_check import received  # the one count of calls a server has taken in
 from tests.conftest import free_port
 from tests.live import spawn_server, terminate, wait_serving
 
@@ -20,19 +21,6 @@ BURST = 64
 # The drain test's calls: long enough that part of the burst is still decoding after SIGTERM
 # however fast the machine (8 words a call left it all done within 0.1 s about one run in three).
 DRAIN_WORDS = WORDS * 3
-
-
-def received(metrics_port: int) -> float:
-    """Transduce calls the server has taken in: finished plus in flight."""
-    text = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5).read().decode()
-    total = 0.0
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            if s.name == "attnserve_requests_total" and s.labels.get("rpc") == "Transduce":
-                total += s.value
-            elif s.name == "attnserve_inflight_requests":
-                total += s.value
-    return total
 
 
 async def code_of(address: str) -> grpc.StatusCode:
