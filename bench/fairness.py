@@ -21,7 +21,7 @@ from pathlib import Path
 
 
 from bench.overload import METHOD, write_requests
-from bench.run import BIN, MODEL_ONLY, Server, free_port, metric_samples, test_words
+from bench.harness import BIN, MODEL_ONLY, Server, free_port, metric_samples, test_words
 from service.engine.bundle import MANIFEST, load_bundle, write_manifest
 
 A, B = "model-a", "model-b"

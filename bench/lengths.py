@@ -25,7 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.run import BIN, MODEL_ONLY, Server, free_port, metric_samples, test_words, varied
+from bench.harness import BIN, MODEL_ONLY, Server, free_port, metric_samples, test_words, varied
 
 
 def workloads(bundle_dir: str) -> dict[str, list[str]]:

@@ -291,7 +291,7 @@ def engine_key(engine: dict, precision: str, batch: int) -> str | None:
 
 
 def measure(bundle_path, engine: dict, engine_threads: int | None = None, point_s: float = 0.3) -> dict:
-    """The engine sweep's words/s (bench/run.py's keys) against the graphs' costs and the ceilings,
+    """The engine sweep's words/s (bench/sweep.py's keys) against the graphs' costs and the ceilings,
     at the engine's thread count (the server's default, EngineConfig.intra_op_threads)."""
     from service.engine.engine import EngineConfig
 
@@ -347,8 +347,9 @@ def lines(r: dict) -> list[str]:
 
 
 def quick_engine(bundle_path, seconds: float) -> dict:
-    """words/s at batch 1 and 64 per precision, as bench/run.py's engine sweep measures them."""
-    from bench.run import decode_rate, test_words
+    """words/s at batch 1 and 64 per precision, as bench/sweep.py's engine sweep measures them."""
+    from bench.harness import test_words
+    from bench.sweep import decode_rate
     from service.engine.bundle import load_bundle
     from service.engine.engine import Engine, EngineConfig
 

@@ -28,7 +28,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.run import BIN, MODEL_ONLY, Server, proc_cpu_seconds
+from bench.harness import BIN, MODEL_ONLY, Server, proc_cpu_seconds
 from inference import grpc_service_pb2 as kpb
 from service.engine.bundle import load_bundle
 from training.evaluate import load_refs

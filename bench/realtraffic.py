@@ -3,7 +3,7 @@
     python -m bench.realtraffic [--bundle models/g2p-en/1] [--duration-s 4]
 
 Part of `make bench` (bench/run.py stores it as r["real_traffic"]); run alone it measures its own
-engine ceiling E (bench/run.py's engine_sweep, shorter) and writes bench/results/realtraffic.{json,md}.
+engine ceiling E (bench/sweep.py's engine_sweep, shorter) and writes bench/results/realtraffic.{json,md}.
 
 The workload: tokens drawn with replacement, by frequency, from wordfreq's top 50,000 English words
 (the `wordfreq` package ships its lists: no network), keeping the words of the model's alphabet, with a
@@ -37,7 +37,8 @@ from collections import Counter, OrderedDict
 from importlib.metadata import version
 from pathlib import Path
 
-from bench.run import BIN, Server, engine_sweep, free_port, load, metric_samples, test_words
+from bench.harness import BIN, Server, free_port, load, metric_samples, test_words
+from bench.sweep import best, engine_sweep
 
 TOP_N = 50_000
 SEED = 1
@@ -149,7 +150,7 @@ def measured(server: Server, metrics_port: int, words_file: Path, seconds: float
     before = scrape(metrics_port)
     x = load(server, str(words_file), seconds, **({"warmup_s": 0} if cache else {}), **kw)
     x.update(rates(before, scrape(metrics_port)))
-    if cache:  # bench/run.py's load() counts loadgen's 1 s warm-up in the seconds: here there was none
+    if cache:  # bench/harness.py's load() counts loadgen's 1 s warm-up in the seconds: here there was none
         x["server_cpu_util"] = round(x["server_cpu_util"] * (x["seconds"] + 1.0) / x["seconds"], 3)
     x["segment_tokens"], x["wrapped"] = segment, x["words"] > segment
     share = x["answer_share"]
@@ -216,9 +217,7 @@ def unloaded_beside_echo(server: Server, one_word: Path, seconds: float, rounds:
 
 def measure(bundle, duration_s: float, engine: dict, echo_unloaded: dict | None = None,
             with_a: bool = True, warmup_tokens: int = WARMUP_TOKENS) -> dict:
-    """Every configuration against a fresh server; E from `engine` (bench/run.py's engine_sweep of this run)."""
-    from bench.report import best
-
+    """Every configuration against a fresh server; E from `engine` (bench/sweep.py's engine_sweep of this run)."""
     from service.engine.engine import served_precision
 
     e_key, E = best(engine, served_precision(bundle.manifest, "auto") + "/")  # the servers' precision

@@ -5,11 +5,7 @@ import json
 import time
 from pathlib import Path
 
-
-def best(engine: dict, prefix: str, suffix: str = "") -> tuple[str, float]:
-    """The fastest engine run whose key ("<precision>/greedy-loop=<onnx|python>/batch=<b>") fits prefix/suffix."""
-    key = max((k for k in engine if k.startswith(prefix) and k.endswith(suffix)), key=engine.get)
-    return key, engine[key]
+from bench.sweep import best
 
 
 def loop_rows(engine: dict) -> list[tuple[str, float, float, float]]:
