@@ -24,23 +24,24 @@ from bench.loadgen import Recorder, send_at_poisson_times
 from service.scheduling.batcher import DeadlineExpired, Overloaded
 
 
-async def open_loop(batcher, words: list[str], rate: float, stop_at: float, rec: Recorder) -> None:
+async def open_loop(batcher, words: list[str], rate: float, stop_at: float, rec: Recorder,
+                    clock=time.perf_counter) -> None:
     """One-word calls sent at bench/loadgen.py's Poisson times until stop_at, recorded as the load
-    generator records its RPCs (a refusal counts as its failed call)."""
+    generator records its RPCs (a refusal counts as its failed call). clock: as send_at_poisson_times'."""
     source = itertools.cycle(words)
 
     async def call() -> None:
         text = next(source)
-        started = time.perf_counter()
+        started = clock()
         try:
             await batcher.transduce([text])
         except (Overloaded, DeadlineExpired):
             rec.errors += 1
             return
-        rec.latencies.append(time.perf_counter() - started)
+        rec.latencies.append(clock() - started)
         rec.words += 1
 
-    await send_at_poisson_times(call, rate, stop_at)
+    await send_at_poisson_times(call, rate, stop_at, clock)
 
 
 async def run(bundle_path: str, words: list[str], mode: str, rate: float, duration_s: float, warmup_s: float,

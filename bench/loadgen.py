@@ -89,14 +89,16 @@ def poisson_gaps(rate: float, seed: int = 1):
         yield rng.expovariate(rate)
 
 
-async def send_at_poisson_times(send, rate: float, stop_at: float) -> None:
+async def send_at_poisson_times(send, rate: float, stop_at: float, clock=time.perf_counter) -> None:
     """Start `send()` (a coroutine function) at Poisson times until stop_at, each call independent of
-    the others' latency, then wait for them all."""
+    the others' latency, then wait for them all. clock: the time stop_at is on, which must run with the
+    event loop's (asyncio.sleep's); a test passes loop.time of a loop on virtual time, so that when each
+    call starts does not depend on how busy the machine is."""
     pending = set()
-    next_at = time.perf_counter()
+    next_at = clock()
     gaps = poisson_gaps(rate)
     while next_at < stop_at:
-        delay = next_at - time.perf_counter()
+        delay = next_at - clock()
         if delay > 0:
             await asyncio.sleep(delay)
         task = asyncio.create_task(send())
