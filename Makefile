@@ -93,7 +93,7 @@ train-stress-cpu: $(VENV)/.dev-installed
 	  --batch-size 256 --lr 2e-3 --epoch-lr-decay 0.93 --lr-decay 0.5 --min-lr 2e-5 --patience-epochs 8 \
 	  --max-epochs 60 --max-minutes 100 --seed 1 --threads 2 --device cpu
 
-# The frontier's models (README, "Accuracy against speed"; `make bench` measures every one), each
+# The frontier's models (docs/models.md; `make bench` measures every one: docs/performance.md), each
 # trained on 2 CPU cores in the background, then exported and quantized like the others:
 #   make export EXPORT_CHECKPOINTS=runs/g2p-en-gru/best.pt MODEL_DIR=bench/models/g2p-en-gru (a peer, not served)
 # g2p-en's own architecture (its checkpoint20.npz: a 1-layer GRU encoder-decoder, 256-dim embeddings

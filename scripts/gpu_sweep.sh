@@ -9,8 +9,8 @@
 #
 #   NAMES="add-s2 add-s3 add-s4 add-s5" MINUTES=8 EXTRA="--epoch-lr-decay 0.88" HALF=1 scripts/gpu_sweep.sh
 #
-# This is how the shipped model's candidates were trained (on one H200; README,
-# "The shipped model"); each line is an ordinary `python -m training.train`
+# This is how the shipped model's candidates were trained (on one H200; docs/models.md,
+# "How this configuration was chosen"); each line is an ordinary `python -m training.train`
 # command that also runs, slower, on CPU with --device cpu.
 set -u
 MINUTES=${MINUTES:-6.5}

@@ -10,7 +10,7 @@ next pop, so no source is passed over.
 
 Choosing which queued sources go together when more are queued than a batch takes (the oldest
 and those nearest its length) was measured too, and left out: no better than splitting alone
-(README, Performance).
+(docs/performance.md, Length grouping).
 
 Source length stands for output length (a G2P model emits about one symbol per letter).
 """
