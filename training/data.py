@@ -2,11 +2,13 @@
 
 A corpus is a list of `Pair(src, tgt)` where both sides are token tuples. The
 reference corpus is CMUdict (spelling -> ARPAbet); any tab-separated file of
-`source<TAB>target` lines works the same way.
+`source<TAB>target` lines works the same way, hash-split (split_of), or as train, dev
+and test files given apart (load_given: a shared task's own splits, used as they are).
 """
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 from collections import Counter
 from dataclasses import dataclass
@@ -27,6 +29,10 @@ CMUDICT_FILTER_RULE = (
     "standard CMUdict G2P benchmark (Bisani & Ney 2008; Yao & Zweig 2015)"
 )
 SPLIT_RULE = "bucket = int(sha1(word)[:8], 16) % 100: <90 train, <95 dev, else test"
+GIVEN_SPLIT_RULE = "given: the train, dev and test files as they are (no hash split)"
+SPLITS = ("train", "dev", "test")
+# Corpus files are named relative to the repository, so a manifest says the same on every checkout.
+REPO = Path(__file__).resolve().parents[1]
 
 
 @dataclass(frozen=True)
@@ -76,18 +82,60 @@ def tokenize(text: str, tokenization: str) -> tuple[str, ...]:
     raise ValueError(f"tokenization must be 'chars' or 'words', got {tokenization!r}")
 
 
-def load_tsv(path: str | Path, src_tokens: str, tgt_tokens: str) -> dict[str, list[Pair]]:
-    """A `source<TAB>target` file, split by the hash of the source string."""
-    splits: dict[str, list[Pair]] = {"train": [], "dev": [], "test": []}
+def read_lines(path: str | Path) -> list[tuple[str, str]]:
+    """Every `source<TAB>target` line of a file as its two strings, in order."""
+    rows = []
     for lineno, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
         if not line.strip():
             continue
         parts = line.split("\t")
         if len(parts) != 2:
             raise ValueError(f"{path}:{lineno}: expected 'source<TAB>target', got {line!r}")
-        src, tgt = parts
+        rows.append((parts[0], parts[1]))
+    return rows
+
+
+def read_pairs(path: str | Path, src_tokens: str, tgt_tokens: str) -> list[Pair]:
+    return [Pair(tokenize(src, src_tokens), tokenize(tgt, tgt_tokens)) for src, tgt in read_lines(path)]
+
+
+def load_tsv(path: str | Path, src_tokens: str, tgt_tokens: str) -> dict[str, list[Pair]]:
+    """A `source<TAB>target` file, split by the hash of the source string."""
+    splits: dict[str, list[Pair]] = {"train": [], "dev": [], "test": []}
+    for src, tgt in read_lines(path):
         splits[split_of(src)].append(Pair(tokenize(src, src_tokens), tokenize(tgt, tgt_tokens)))
     return splits
+
+
+def file_record(path: str | Path) -> dict:
+    """How a data description names a file: its path relative to the repository, and its sha256."""
+    path = Path(path).resolve()
+    return {"path": Path(os.path.relpath(path, REPO)).as_posix(), "sha256": hashlib.sha256(path.read_bytes()).hexdigest()}
+
+
+def recorded_file(record: dict) -> Path:
+    """The file a file_record names, refused if its bytes are no longer the ones recorded."""
+    path = REPO / record["path"]  # an absolute path (descriptions from before file_record) stays itself
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    if record.get("sha256", digest) != digest:
+        raise ValueError(f"{path}: sha256 {digest} differs from the {record['sha256']} recorded at training: "
+                         f"the corpus changed since the model was trained")
+    return path
+
+
+def load_given(files: dict[str, dict], src_tokens: str, tgt_tokens: str) -> dict[str, list[Pair]]:
+    """Splits given as files (each named by a file_record; test may be absent), used as they are."""
+    return {split: read_pairs(recorded_file(files[split]), src_tokens, tgt_tokens) if split in files else []
+            for split in SPLITS}
+
+
+def load_described(data: dict) -> dict[str, list[Pair]]:
+    """The corpus a data description (a checkpoint's or a manifest's `data`) names, split as it was trained."""
+    if data["corpus"] == "cmudict":
+        return load_cmudict(keep_stress=data["keep_stress"])
+    if "files" in data:
+        return load_given(data["files"], data["src_tokens"], data["tgt_tokens"])
+    return load_tsv(recorded_file(data), data["src_tokens"], data["tgt_tokens"])
 
 
 def references(pairs: Sequence[Pair]) -> dict[tuple[str, ...], list[tuple[str, ...]]]:

@@ -22,15 +22,23 @@ import json
 import time
 from pathlib import Path
 
-from training.data import Pair, load_tsv, references
+from training.data import Pair, load_tsv, read_pairs, references
 from training.evaluate import engine_hyps, load_splits, source_text
 
 
-def load_train_targets(path: Path, src_tokens: str, tgt_tokens: str) -> tuple[list[Pair], dict]:
-    """The training pairs of a targets file, and how to name it in a checkpoint's data description."""
-    splits = load_tsv(path, src_tokens, tgt_tokens)
+def load_train_targets(path: Path, src_tokens: str, tgt_tokens: str,
+                       held_out: dict[str, set] | None = None) -> tuple[list[Pair], dict]:
+    """The training pairs of a targets file, and how to name it in a checkpoint's data description.
+    held_out: the dev and test sources of given splits; None: the corpus is hash-split, so a source's
+    split is its hash's."""
+    if held_out is None:
+        splits = load_tsv(path, src_tokens, tgt_tokens)
+    else:
+        pairs = read_pairs(path, src_tokens, tgt_tokens)
+        splits = {"train": pairs, **{split: [p for p in pairs if p.src in sources]
+                                     for split, sources in held_out.items()}}
     for split in ("dev", "test"):
-        if splits[split]:
+        if splits.get(split):
             example = source_text(splits[split][0].src, src_tokens)
             raise SystemExit(f"{path}: {len(splits[split])} targets for {split} sources (e.g. {example!r}); "
                              f"a targets file may only replace training targets")

@@ -2,9 +2,14 @@
 
     attnserve-eval --server localhost:50051 --split test     # what `make evaluate` runs
     attnserve-eval --bundle models/g2p-en/1 --split test
+    attnserve-eval --bundle models/g2p-fra/1 --gold data/sigmorphon-2021/medium/fre_test.tsv --beam-size 5
 
 The corpus, filter and split are read from the model's manifest, so the words
-scored are exactly the held-out words the model was trained without.
+scored are exactly the held-out words the model was trained without. --gold scores
+any `spelling<TAB>segments` file instead, as the SIGMORPHON G2P tasks' scorer does:
+line by line, a word right when its predicted segments equal the gold ones, WER the
+percentage of lines wrong; the spelling goes through the model's own normalization,
+and through a server the lexicon is bypassed and unknown symbols are decoded as unknown.
 """
 from __future__ import annotations
 
@@ -12,14 +17,13 @@ import argparse
 import json
 import time
 
-from training.data import load_cmudict, load_tsv, references, strip_stress
-from training.metrics import score
+from training.data import load_described, read_lines, references, strip_stress
+from training.metrics import gold_wer, score
 
 
 def load_splits(data: dict) -> dict:
     """The corpus a manifest's `data` describes, split: {split: [Pair]} (parse it once, use it often)."""
-    return (load_cmudict(keep_stress=data["keep_stress"]) if data["corpus"] == "cmudict"
-            else load_tsv(data["path"], data["src_tokens"], data["tgt_tokens"]))
+    return load_described(data)
 
 
 def load_refs(data: dict, split: str) -> dict:
@@ -31,7 +35,7 @@ def source_text(src: tuple[str, ...], src_tokens: str) -> str:
 
 
 def hyps_from_server(addr: str, sources: list, src_tokens: str, batch: int, timeout_s: float, beam_size: int,
-                     alpha: float, model: str = ""):
+                     alpha: float, model: str = "", allow_unknown: bool = False):
     import grpc
 
     from attnserve.v1 import attnserve_pb2 as pb, attnserve_pb2_grpc as pbg
@@ -45,7 +49,8 @@ def hyps_from_server(addr: str, sources: list, src_tokens: str, batch: int, time
                 inputs=[source_text(s, src_tokens) for s in chunk], model_name=model,
                 # the model's own quality: never the lexicon's answer for a dictionary word
                 options=pb.DecodeOptions(return_attention=False, beam_size=beam_size, bypass_lexicon=True,
-                                         length_penalty_alpha=alpha)), timeout=timeout_s)
+                                         length_penalty_alpha=alpha, allow_unknown_symbols=allow_unknown)),
+                timeout=timeout_s)
             hyps.update({s: list(r.output_tokens) for s, r in zip(chunk, reply.results)})
     return hyps
 
@@ -76,12 +81,35 @@ def evaluate_engine(engine, refs: dict, options=None) -> dict:
     return {"wer": s.wer, "per": s.per, "words": s.words}
 
 
-def hyps_from_bundle(path: str, sources: list, batch: int, beam_size: int, alpha: float, precision: str):
+def hyps_from_bundle(path: str, sources: list, batch: int, beam_size: int, alpha: float, precision: str,
+                     texts: bool = False):
+    """The bundle's best outputs of token sequences or, with texts, of raw spellings (keyed by the
+    spelling, read as the server reads one: normalized, then tokenized)."""
     from service.engine.bundle import load_bundle
     from service.engine.engine import DecodeOptions, Engine, EngineConfig
 
     engine = Engine(load_bundle(path), EngineConfig(intra_op_threads=0, precision=precision))
-    return engine_hyps(engine, sources, DecodeOptions(beam_size=beam_size, length_penalty_alpha=alpha), batch)
+    options = DecodeOptions(beam_size=beam_size, length_penalty_alpha=alpha)
+    if not texts:
+        return engine_hyps(engine, sources, options, batch)
+    tokens = {text: tuple(engine.tokenize(text)) for text in sources}
+    hyps = engine_hyps(engine, sorted(set(tokens.values())), options, batch)
+    return {text: hyps[t] for text, t in tokens.items()}
+
+
+def gold_report(args) -> dict:
+    """--gold: the task scorer's WER of the bundle's or the server's outputs on the gold file's lines."""
+    rows = read_lines(args.gold)
+    texts = sorted({src for src, _ in rows})
+    if args.server:  # one character a token: source_text() gives back each spelling unchanged
+        by_chars = hyps_from_server(args.server, [tuple(t) for t in texts], "chars", args.batch, args.timeout_s,
+                                    args.beam_size, args.length_penalty_alpha, args.model, allow_unknown=True)
+        hyps = {"".join(k): v for k, v in by_chars.items()}
+    else:
+        hyps = hyps_from_bundle(args.bundle, texts, args.batch, args.beam_size, args.length_penalty_alpha,
+                                args.precision, texts=True)
+    wer, wrong = gold_wer([(hyps[src], gold.split()) for src, gold in rows])
+    return {"gold": str(args.gold), "wer_percent": round(wer, 4), "wrong": wrong, "words": len(rows)}
 
 
 def manifest_of(args) -> dict:
@@ -111,8 +139,18 @@ def main(argv=None):
     p.add_argument("--beam-size", type=int, default=1, help="1 = greedy")
     p.add_argument("--length-penalty-alpha", type=float, default=0.0)
     p.add_argument("--precision", choices=["fp32", "int8"], default="fp32", help="with --bundle")
+    p.add_argument("--gold", help="score this spelling<TAB>segments file (the SIGMORPHON scorer's WER) "
+                                  "instead of the manifest's --split")
     args = p.parse_args(argv)
     manifest = manifest_of(args)
+    if args.gold:
+        started = time.perf_counter()
+        report = gold_report(args)
+        print(json.dumps({"model": manifest["name"], "version": manifest["version"], **report,
+                          "via": f"server {args.server}" if args.server else f"bundle {args.bundle} ({args.precision})",
+                          "decoding": decoding_name(args), "seconds": round(time.perf_counter() - started, 2)},
+                         indent=2, ensure_ascii=False))
+        return
     data = manifest["data"]
     refs = load_refs(data, args.split)
     sources = sorted(refs)
@@ -127,12 +165,16 @@ def main(argv=None):
     s = score(hyps, refs)
     report = {"model": manifest["name"], "version": manifest["version"], "split": args.split,
               "via": f"server {args.server}" if args.server else f"bundle {args.bundle} ({args.precision})",
-              "decoding": "greedy" if args.beam_size == 1 else f"beam {args.beam_size}, alpha {args.length_penalty_alpha}",
+              "decoding": decoding_name(args),
               "wer": round(s.wer, 4), "per": round(s.per, 4), "words": s.words, "seconds": round(seconds, 2)}
     if data.get("keep_stress"):  # the standard benchmark strips stress: score that too
         plain = stress_stripped(hyps, refs)
         report.update(wer_stress_stripped=round(plain.wer, 4), per_stress_stripped=round(plain.per, 4))
     print(json.dumps(report, indent=2))
+
+
+def decoding_name(args) -> str:
+    return "greedy" if args.beam_size == 1 else f"beam {args.beam_size}, alpha {args.length_penalty_alpha}"
 
 
 def stress_stripped(hyps: dict, refs: dict):

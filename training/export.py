@@ -24,11 +24,12 @@ import numpy as np
 import torch
 import torch.nn as nn
 
-from training.data import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Vocab, load_cmudict, load_tsv, references
+from training.data import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Vocab, references
 from training.ensemble import Ensemble, check_members, held_out_data
-from training.evaluate import evaluate_engine
+from training.evaluate import evaluate_engine, load_splits
 from training.lexicon import write_lexicon
 from training.model import DecoderState, ModelConfig, Seq2Seq
+from training.text_policy import text_policy
 from training.train import collate
 
 OPSET = 17
@@ -254,6 +255,7 @@ def build_bundle(checkpoint: Path | list[Path], out: Path, name: str, version: s
     data = ckpt["data"]
     src_vocab, tgt_vocab = Vocab(ckpt["src_vocab"]), Vocab(ckpt["tgt_vocab"])
     max_len = ckpt["train_config"]["max_output_len"]
+    splits = load_splits(data)
     export_graphs(model, out)
     # The PyTorch weights travel with the graphs: for fine-tuning, and for `make bench`'s naive-server peer.
     torch.save(saved_checkpoint(ckpt), out / "checkpoint.pt")
@@ -262,9 +264,8 @@ def build_bundle(checkpoint: Path | list[Path], out: Path, name: str, version: s
         "graphs": {"encoder": "encoder.onnx", "decoder_step": "decoder_step.onnx"},
         "src_vocab": src_vocab.itos, "tgt_vocab": tgt_vocab.itos,
         "special_ids": {"pad": PAD_ID, "bos": BOS_ID, "eos": EOS_ID, "unk": UNK_ID},
-        "lowercase_input": data["corpus"] == "cmudict",
         # what the server does to a source before tokenizing it (service/engine/engine.py NORMALIZATIONS)
-        "source_normalization": "nfkd-strip-accents-lower" if data["corpus"] == "cmudict" else "none",
+        **text_policy(data, splits, src_vocab.itos),
         "max_output_len": max_len,
         "model_config": ckpt["model_config"], "train_config": ckpt["train_config"], "data": data,
         "training": training_summary(ckpt),
@@ -285,8 +286,6 @@ def build_bundle(checkpoint: Path | list[Path], out: Path, name: str, version: s
     step_engine = Engine(load_bundle(out), EngineConfig(intra_op_threads=0, max_output_len=max_len,
                                                         greedy_loop="python"))
     engine = Engine(load_bundle(out), EngineConfig(intra_op_threads=0, max_output_len=max_len))
-    splits = (load_cmudict(keep_stress=data["keep_stress"]) if data["corpus"] == "cmudict"
-              else load_tsv(data["path"], data["src_tokens"], data["tgt_tokens"]))
     dev_refs = references(splits["dev"])
     words = sorted(dev_refs)[:parity_words]
     par = parity(model, step_engine, words, src_vocab, max_len)

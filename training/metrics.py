@@ -34,3 +34,12 @@ def score(
         edits += dist
         length += ref_len
     return Scores(wer=wrong / len(refs), per=edits / length, words=len(refs))
+
+
+def gold_wer(pairs: Sequence[tuple[Sequence[str], Sequence[str]]]) -> tuple[float, int]:
+    """The SIGMORPHON G2P scorer's WER of (hypothesis, gold) segment sequences, one pair a gold line:
+    a line is wrong unless the two are equal; returns (percent wrong, lines wrong)."""
+    if not pairs:
+        raise ValueError("gold_wer() needs at least one gold line")
+    wrong = sum(list(hyp) != list(gold) for hyp, gold in pairs)
+    return 100.0 * wrong / len(pairs), wrong

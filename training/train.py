@@ -2,6 +2,12 @@
 
     python -m training.train --corpus cmudict --out runs/g2p
     python -m training.train --corpus tsv --tsv my.tsv --src-tokens chars --tgt-tokens words --out runs/mine
+    python -m training.train --corpus tsv --train-tsv data/sigmorphon-2021/medium/fre_train.tsv \
+        --dev-tsv data/sigmorphon-2021/medium/fre_dev.tsv --test-tsv data/sigmorphon-2021/medium/fre_test.tsv --out runs/fre
+
+One --tsv is hash-split 90/5/5 (training/data.py split_of). Splits given as files (a shared task's)
+are used as they are: the model learns from the train file, early stopping reads the dev file, and
+the test file is only named (path and sha256), for export and evaluation to score.
 
 Teacher forcing, Adam, gradient clipping, length-bucketed batches, dev-set early
 stopping on WER. The best checkpoint (`best.pt`) holds the model config, the
@@ -18,6 +24,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import math
 import random
 import time
 from dataclasses import dataclass, asdict
@@ -27,8 +34,8 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from training.data import (BOS_ID, EOS_ID, PAD_ID, CMUDICT_FILTER_RULE, SPLIT_RULE, Pair, Vocab,
-                           load_cmudict, load_tsv, references)
+from training.data import (BOS_ID, EOS_ID, PAD_ID, CMUDICT_FILTER_RULE, GIVEN_SPLIT_RULE, SPLIT_RULE, Pair, Vocab,
+                           file_record, load_cmudict, load_given, load_tsv, references)
 from training.distill import load_train_targets
 from training.metrics import score
 from training.model import ModelConfig, Seq2Seq
@@ -43,6 +50,11 @@ class TrainConfig:
     lr_decay: float = 0.5  # multiply lr by this when dev WER does not improve
     epoch_lr_decay: float = 1.0  # and by this after every epoch (1 = off)
     min_lr: float = 1e-4
+    # plateau: the two decays above, after each epoch. cosine: linear warmup over warmup_steps, then
+    # lr falls along a half cosine to min_lr at the last step of max_epochs, step by step, whatever dev
+    # does (the decays above are then unused): a small corpus keeps learning for every epoch it is given.
+    lr_schedule: str = "plateau"
+    warmup_steps: int = 0
     clip_grad_norm: float = 1.0
     label_smoothing: float = 0.1
     max_epochs: int = 40
@@ -60,6 +72,8 @@ class TrainConfig:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if not self.lr > 0:
             raise ValueError(f"lr must be > 0, got {self.lr}")
+        if self.lr_schedule not in ("plateau", "cosine"):
+            raise ValueError(f"lr_schedule must be plateau or cosine, got {self.lr_schedule!r}")
         if self.device not in ("auto", "cpu", "cuda"):
             raise ValueError(f"device must be auto, cpu or cuda, got {self.device!r}")
 
@@ -72,13 +86,24 @@ def load_corpus(args) -> tuple[dict[str, list[Pair]], dict]:
         rule = CMUDICT_FILTER_RULE if not args.keep_stress else CMUDICT_FILTER_RULE.split("; stress")[0]
         desc = {"corpus": "cmudict", "cmudict_version": cmudict.__version__,
                 "filter": rule, "keep_stress": args.keep_stress, "src_tokens": "chars", "tgt_tokens": "words"}
-    else:
+    elif args.tsv:
         splits = load_tsv(args.tsv, args.src_tokens, args.tgt_tokens)
-        desc = {"corpus": "tsv", "path": str(args.tsv), "src_tokens": args.src_tokens, "tgt_tokens": args.tgt_tokens}
-    desc["split"] = SPLIT_RULE
+        desc = {"corpus": "tsv", "path": str(args.tsv), "src_tokens": args.src_tokens, "tgt_tokens": args.tgt_tokens,
+                "split": SPLIT_RULE}
+    else:
+        given = {"train": args.train_tsv, "dev": args.dev_tsv, "test": args.test_tsv}
+        files = {split: file_record(path) for split, path in given.items() if path}
+        splits = load_given(files, args.src_tokens, args.tgt_tokens)
+        desc = {"corpus": "tsv", "files": files, "src_tokens": args.src_tokens, "tgt_tokens": args.tgt_tokens,
+                "split": GIVEN_SPLIT_RULE}
+    desc.setdefault("split", SPLIT_RULE)
     if args.train_targets:  # knowledge distillation: a teacher's outputs replace the training targets
+        # Given splits: a targets file may hold no source of the dev or test file.
+        held_out = {split: {p.src for p in splits[split]} for split in ("dev", "test")} if "files" in desc else None
         splits["train"], desc["train_targets"] = load_train_targets(args.train_targets, desc["src_tokens"],
-                                                                    desc["tgt_tokens"])
+                                                                    desc["tgt_tokens"], held_out)
+        if held_out is not None:
+            desc["train_targets"] = {**desc["train_targets"], **file_record(args.train_targets)}
     desc["pairs"] = {k: len(v) for k, v in splits.items()}
     desc["words"] = {k: len({p.src for p in v}) for k, v in splits.items()}
     if not splits["train"] or not splits["dev"]:
@@ -125,6 +150,14 @@ def greedy_outputs(model: Seq2Seq, sources: list[tuple[str, ...]], src_vocab: Vo
     return hyps
 
 
+def cosine_lr(tcfg: TrainConfig, step: int, total_steps: int) -> float:
+    """The learning rate of step `step` (0-based) of `total_steps` under the cosine schedule."""
+    if step < tcfg.warmup_steps:
+        return tcfg.lr * (step + 1) / tcfg.warmup_steps
+    done = (step - tcfg.warmup_steps) / max(1, total_steps - tcfg.warmup_steps)
+    return tcfg.min_lr + (tcfg.lr - tcfg.min_lr) * 0.5 * (1 + math.cos(math.pi * min(1.0, done)))
+
+
 def train(model_cfg_kwargs: dict, tcfg: TrainConfig, splits, data_desc: dict, out: Path,
           init_from: Path | None = None, dist: distributed.Dist | None = None) -> dict:
     dist = dist or distributed.Dist()
@@ -160,6 +193,8 @@ def train(model_cfg_kwargs: dict, tcfg: TrainConfig, splits, data_desc: dict, ou
         out.mkdir(parents=True, exist_ok=True)
     log_path = out / "history.csv"
     history, best_wer, bad_epochs, started = [], float("inf"), 0, time.time()
+    steps_per_epoch = len(distributed.shard(make_batches(train_ids, tcfg.batch_size, random.Random(0)), dist))
+    total_steps, step = tcfg.max_epochs * steps_per_epoch, 0
 
     def out_of_time() -> bool:
         return bool(tcfg.max_minutes) and (time.time() - started) / 60 > tcfg.max_minutes
@@ -173,6 +208,10 @@ def train(model_cfg_kwargs: dict, tcfg: TrainConfig, splits, data_desc: dict, ou
         total, count, stopped = 0.0, 0, False
         bar = tqdm(batches, desc=f"epoch {epoch}", mininterval=10, ascii=True, disable=not dist.main)
         for idx in bar:
+            if tcfg.lr_schedule == "cosine":
+                for g in opt.param_groups:
+                    g["lr"] = cosine_lr(tcfg, step, total_steps)
+                step += 1
             src, src_len, tgt_in, tgt_out = (t.to(dist.device) for t in collate([train_ids[i] for i in idx]))
             logits = step_model(src, src_len, tgt_in)  # (B, T, V)
             loss = F.cross_entropy(logits.flatten(0, 1), tgt_out.flatten(), ignore_index=PAD_ID,
@@ -209,7 +248,7 @@ def train(model_cfg_kwargs: dict, tcfg: TrainConfig, splits, data_desc: dict, ou
         else:
             bad_epochs += 1
         decay = tcfg.epoch_lr_decay * (tcfg.lr_decay if bad_epochs else 1.0)
-        for g in opt.param_groups:
+        for g in opt.param_groups if tcfg.lr_schedule == "plateau" else ():
             g["lr"] = max(tcfg.min_lr, g["lr"] * decay)
         if bad_epochs >= tcfg.patience_epochs:
             if dist.main:
@@ -241,7 +280,10 @@ def save_checkpoint(model, cfg, tcfg, data_desc, src_vocab, tgt_vocab, epoch, de
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--corpus", choices=["cmudict", "tsv"], default="cmudict")
-    p.add_argument("--tsv", type=Path, help="source<TAB>target file for --corpus tsv")
+    p.add_argument("--tsv", type=Path, help="source<TAB>target file for --corpus tsv, hash-split 90/5/5")
+    p.add_argument("--train-tsv", type=Path, help="--corpus tsv with given splits: the training file...")
+    p.add_argument("--dev-tsv", type=Path, help="...the dev file (early stopping)...")
+    p.add_argument("--test-tsv", type=Path, help="...and the test file (optional; never read in training)")
     p.add_argument("--src-tokens", choices=["chars", "words"], default="chars")
     p.add_argument("--tgt-tokens", choices=["chars", "words"], default="words")
     p.add_argument("--keep-stress", action="store_true", help="keep CMUdict stress digits")
@@ -256,8 +298,13 @@ def parse_args(argv=None):
     for field, default in TrainConfig.__dataclass_fields__.items():
         _add_field(p, field, default.default)
     args = p.parse_args(argv)
-    if args.corpus == "tsv" and not args.tsv:
-        p.error("--corpus tsv needs --tsv FILE")
+    given = [args.train_tsv, args.dev_tsv, args.test_tsv]
+    if args.corpus == "tsv" and bool(args.tsv) == bool(args.train_tsv or args.dev_tsv):
+        p.error("--corpus tsv needs --tsv FILE (hash-split) or --train-tsv and --dev-tsv (given splits), not both")
+    if args.corpus == "tsv" and not args.tsv and not (args.train_tsv and args.dev_tsv):
+        p.error("given splits need --train-tsv and --dev-tsv (--test-tsv optional)")
+    if args.corpus == "cmudict" and any(given + [args.tsv]):
+        p.error("--tsv, --train-tsv, --dev-tsv and --test-tsv are for --corpus tsv")
     return args
 
 

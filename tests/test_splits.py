@@ -1,0 +1,207 @@
+"""Given splits (a shared task's train, dev and test files), end to end: trained a few steps, exported,
+served and scored, with the hash split provably unused and no test word in the lexicon.
+
+The tiny corpus marks its words with letters of their own: `q` only in a training word that the hash
+split would put in test, `x` only in a dev word the hash split would put in train, `z` only in test
+words. A vocabulary is built from the training pairs alone, so `q` in it and `x`, `z` out of it show
+which words were trained on.
+"""
+import json
+import random
+
+import grpc
+import pytest
+
+from attnserve.v1 import attnserve_pb2 as pb, attnserve_pb2_grpc as pbg
+from service.config import Config, EngineConfig, ServerConfig
+from service.engine.bundle import load_bundle
+from service.engine.engine import Engine
+from training import evaluate, train
+from training.data import GIVEN_SPLIT_RULE, SPLIT_RULE, Pair, file_record, load_described, split_of
+from training.export import build_bundle, parity_ok
+from training.text_policy import text_policy
+from tests.live import ThreadServer
+
+PHONES = {"a": "A", "b": "B", "c": "K", "d": "D", "e": "E", "f": "F", "g": "G", "h": "H", "q": "Q", "x": "X",
+          "z": "Z", " ": None}
+
+
+def pron(word: str) -> str:
+    return " ".join(PHONES[c] for c in word if PHONES[c])
+
+
+def first_word(prefix: str, split: str, taken: set) -> str:
+    """The first word prefix + abc... letters whose hash split is `split`."""
+    rng = random.Random(prefix)
+    while True:
+        word = prefix + "".join(rng.choice("abcdefgh") for _ in range(4))
+        if split_of(word) == split and word not in taken:
+            return word
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    rng = random.Random(7)
+    words = sorted({"".join(rng.choice("abcdefgh") for _ in range(rng.randint(2, 7))) for _ in range(400)})
+    train_words, dev_words, test_words = words[:240], words[240:270], words[270:300]
+    marked = {"hash_test_in_train": first_word("q", "test", set(words)),
+              "hash_train_in_dev": first_word("x", "train", set(words)),
+              "test_only": "zz" + test_words[0]}
+    train_words += [marked["hash_test_in_train"], "ab cd"]  # a source with a space, as Vietnamese has
+    dev_words += [marked["hash_train_in_dev"]]
+    test_words += [marked["test_only"]]
+    root = tmp_path_factory.mktemp("given")
+    files = {}
+    for split, ws in (("train", train_words), ("dev", dev_words), ("test", test_words)):
+        files[split] = root / f"tiny_{split}.tsv"
+        files[split].write_text("".join(f"{w}\t{pron(w)}\n" for w in ws), encoding="utf-8")
+    return {"files": files, "words": {"train": train_words, "dev": dev_words, "test": test_words}, **marked}
+
+
+def given_args(corpus, out) -> list[str]:
+    f = corpus["files"]
+    return ["--corpus", "tsv", "--train-tsv", str(f["train"]), "--dev-tsv", str(f["dev"]), "--test-tsv",
+            str(f["test"]), "--out", str(out), "--hidden-size", "16", "--enc-layers", "1", "--emb-dim", "8",
+            "--batch-size", "64", "--max-epochs", "2", "--lr", "0.01", "--dropout", "0.0", "--seed", "1",
+            "--threads", "1", "--device", "cpu", "--lr-schedule", "cosine", "--warmup-steps", "2"]
+
+
+@pytest.fixture(scope="module")
+def bundle(corpus, tmp_path_factory):
+    run = tmp_path_factory.mktemp("run")
+    train.main(given_args(corpus, run))
+    model_dir = tmp_path_factory.mktemp("models") / "tiny-given"
+    manifest = build_bundle(run / "best.pt", model_dir / "1", "tiny-given", "1", parity_words=100)
+    return {"model_dir": model_dir, "path": model_dir / "1", "manifest": manifest}
+
+
+def test_the_given_files_are_used_as_they_are_and_named_relative_with_their_sha256(corpus, bundle):
+    data = bundle["manifest"]["data"]
+    assert data["split"] == GIVEN_SPLIT_RULE
+    for split, path in corpus["files"].items():
+        record = data["files"][split]
+        assert not record["path"].startswith("/") and record == file_record(path)
+        assert data["pairs"][split] == len(corpus["words"][split])
+    assert parity_ok(bundle["manifest"]["parity"])
+
+
+def test_the_hash_split_is_not_used(corpus, bundle):
+    m = bundle["manifest"]
+    assert split_of(corpus["hash_test_in_train"]) == "test" and split_of(corpus["hash_train_in_dev"]) == "train"
+    assert "q" in m["src_vocab"] and "Q" in m["tgt_vocab"]  # the hash split's test word was trained on
+    assert "x" not in m["src_vocab"] and "X" not in m["tgt_vocab"]  # the hash split's train word was not
+    assert "z" not in m["src_vocab"] and "Z" not in m["tgt_vocab"]  # nor any test word
+    splits = load_described(m["data"])
+    assert {"".join(p.src) for p in splits["dev"]} == set(corpus["words"]["dev"])
+
+
+def test_the_lexicon_holds_train_and_dev_words_and_no_test_word(corpus, bundle):
+    lines = (bundle["path"] / "lexicon.tsv").read_text(encoding="utf-8").splitlines()
+    sources = {line.split("\t")[0] for line in lines}
+    # ...but for the dev word with a phoneme (X) that no training word has: the model cannot emit it
+    assert sources == set(corpus["words"]["train"]) | set(corpus["words"]["dev"]) - {corpus["hash_train_in_dev"]}
+    assert not sources & set(corpus["words"]["test"])
+    lexicon = bundle["manifest"]["lexicon"]
+    assert lexicon["splits"] == ["train", "dev"] and lexicon["left_out"]["entries"] == 1
+    assert bundle["manifest"]["data"]["files"]["dev"]["path"] in lexicon["from"]
+
+
+def test_the_manifest_states_the_text_policy(bundle):
+    m = bundle["manifest"]
+    assert m["source_normalization"] == "nfc-lower" and m["lowercase_input"] is True  # no upper case in the files
+    assert " " in m["src_vocab"] and m["text_policy"]["space_is_a_source_symbol"] is True
+
+
+def test_the_text_policy_keeps_case_where_the_sources_have_it_and_nfc_only_where_they_are_nfc():
+    data = {"corpus": "tsv", "files": {}, "src_tokens": "chars"}
+
+    def policy(*words):
+        splits = {"train": [Pair(tuple(w), ("A",)) for w in words], "dev": []}
+        return text_policy(data, splits, ["<pad>", *sorted(set("".join(words)))])["source_normalization"]
+
+    assert policy("ábc", "dé") == "nfc-lower"
+    assert policy("Ábc", "dé") == "nfc"
+    assert policy("a\u0301bc") == "lower"  # decomposed: NFC would give inputs forms the model never saw
+    assert text_policy({"corpus": "cmudict"}, {}, [])["source_normalization"] == "nfkd-strip-accents-lower"
+
+
+def test_the_bundle_serves_train_words_from_the_lexicon_and_test_words_from_the_model(corpus, bundle):
+    cfg = Config(model_dir=bundle["model_dir"], server=ServerConfig(host="127.0.0.1", port=0, metrics_port=-1))
+    word, unseen = corpus["hash_test_in_train"], corpus["words"]["test"][1]
+    with ThreadServer(cfg) as server, grpc.insecure_channel(server.address) as channel:
+        reply = pbg.TransducerStub(channel).Transduce(pb.TransduceRequest(inputs=[word, unseen]), timeout=60)
+    lexicon_answer, model_answer = reply.results
+    assert lexicon_answer.origin == pb.ORIGIN_LEXICON and " ".join(lexicon_answer.output_tokens) == pron(word)
+    assert model_answer.origin == pb.ORIGIN_MODEL
+
+
+def test_evaluate_split_test_scores_the_given_test_file(corpus, bundle, capsys):
+    evaluate.main(["--bundle", str(bundle["path"]), "--split", "test"])
+    report = json.loads(capsys.readouterr().out)
+    assert report["words"] == len(corpus["words"]["test"])
+    assert report["wer"] == bundle["manifest"]["metrics"]["test"]["wer"]
+
+
+def test_distillation_targets_work_with_given_splits_and_may_hold_no_test_word(corpus, tmp_path):
+    good = tmp_path / "targets.tsv"
+    good.write_text("".join(f"{w}\t{pron(w)}\n" for w in corpus["words"]["train"]), encoding="utf-8")
+    train.main(given_args(corpus, tmp_path / "student") + ["--train-targets", str(good), "--max-epochs", "1"])
+    import torch
+
+    data = torch.load(tmp_path / "student" / "best.pt", weights_only=False)["data"]
+    assert data["train_targets"] == {**file_record(good), "pairs": len(corpus["words"]["train"])}
+    leaky = tmp_path / "leaky.tsv"
+    leaky.write_text(good.read_text(encoding="utf-8") + f"{corpus['test_only']}\tZ Z\n", encoding="utf-8")
+    with pytest.raises(SystemExit, match="targets for test sources"):
+        train.main(given_args(corpus, tmp_path / "leak") + ["--train-targets", str(leaky)])
+
+
+def test_a_changed_corpus_file_is_refused(corpus, tmp_path):
+    copy = tmp_path / "train.tsv"
+    copy.write_bytes(corpus["files"]["train"].read_bytes())
+    record = file_record(copy)
+    copy.write_text(copy.read_text(encoding="utf-8") + "hh\tH H\n", encoding="utf-8")
+    with pytest.raises(ValueError, match="the corpus changed since the model was trained"):
+        load_described({"corpus": "tsv", "files": {"train": record}, "src_tokens": "chars", "tgt_tokens": "words"})
+
+
+def test_one_tsv_is_still_hash_split(corpus, tmp_path):
+    whole = tmp_path / "whole.tsv"
+    whole.write_text("".join(p.read_text(encoding="utf-8") for p in corpus["files"].values()), encoding="utf-8")
+    args = given_args(corpus, tmp_path / "run")
+    args[args.index("--train-tsv"):args.index("--test-tsv") + 2] = ["--tsv", str(whole)]
+    train.main(args)
+    import torch
+
+    data = torch.load(tmp_path / "run" / "best.pt", weights_only=False)["data"]
+    assert data["split"] == SPLIT_RULE and "files" not in data
+    assert data["pairs"]["test"] == sum(split_of(w) == "test" for ws in corpus["words"].values() for w in ws)
+
+
+def gold_file(path, rows) -> str:
+    path.write_text("".join(f"{w}\t{' '.join(t)}\n" for w, t in rows), encoding="utf-8")
+    return str(path)
+
+
+@pytest.mark.parametrize("beam", [1, 5])
+def test_gold_scoring_counts_the_known_errors_of_a_hand_made_gold_file(corpus, bundle, tmp_path, capsys, beam):
+    """Gold = the bundle's own outputs, two lines of four altered: WER 50% through the bundle and through a
+    server, where a training word's gold is the model's output, not the lexicon's (so the lexicon is bypassed)."""
+    from service.domain import DecodeOptions
+
+    engine = Engine(load_bundle(bundle["path"]), EngineConfig(intra_op_threads=1))
+    words = [corpus["hash_test_in_train"], *corpus["words"]["test"][:3]]
+    hyps = evaluate.engine_hyps(engine, [tuple(w) for w in words], DecodeOptions(beam_size=beam))
+    outputs = [list(hyps[tuple(w)]) for w in words]
+    assert " ".join(outputs[0]) != pron(words[0]), "the lexicon's answer must differ from the model's"
+    rows = [(words[0], outputs[0]), (words[1], outputs[1] + ["A"]), (words[2], outputs[2]),
+            (words[3], ["Q"] + outputs[3])]
+    gold = gold_file(tmp_path / "gold.tsv", rows)
+    evaluate.main(["--bundle", str(bundle["path"]), "--gold", gold, "--beam-size", str(beam)])
+    local = json.loads(capsys.readouterr().out)
+    assert (local["wer_percent"], local["wrong"], local["words"]) == (50.0, 2, 4)
+    cfg = Config(model_dir=bundle["model_dir"], server=ServerConfig(host="127.0.0.1", port=0, metrics_port=-1))
+    with ThreadServer(cfg) as server:
+        evaluate.main(["--server", server.address, "--gold", gold, "--beam-size", str(beam)])
+    served = json.loads(capsys.readouterr().out)
+    assert (served["wer_percent"], served["wrong"], served["words"]) == (50.0, 2, 4)

@@ -1,0 +1,32 @@
+"""What the server does to a source before it tokenizes it, chosen from the data a model learned from.
+
+The manifest's `source_normalization` names one of service/engine/engine.py's NORMALIZATIONS. CMUdict
+models fold accents and case (their alphabet is a-z and the apostrophe). A model of given splits (a
+shared task's languages) keeps its accents: its inputs are put in NFC, the form its files are in, so a
+decomposed é is the é it learned; and they are lower-cased only where no training source has a
+character that lower-casing changes, so a language that writes case keeps it. A source alphabet with
+the space in it (Vietnamese syllables, `anh em`) reads the space as a symbol, which the manifest says.
+"""
+from __future__ import annotations
+
+import unicodedata
+
+CMUDICT = "nfkd-strip-accents-lower"
+
+
+def text_policy(data: dict, splits: dict, src_vocab: list[str]) -> dict:
+    """The manifest's fields for this corpus: source_normalization, lowercase_input and text_policy."""
+    space = " " in src_vocab
+    if data["corpus"] == "cmudict":
+        return {"source_normalization": CMUDICT, "lowercase_input": True}
+    if "files" not in data:  # one hash-split TSV: its inputs as they come, as before this policy
+        return {"source_normalization": "none", "lowercase_input": False}
+    sources = ["".join(p.src) if data["src_tokens"] == "chars" else " ".join(p.src)
+               for split in ("train", "dev") for p in splits[split]]
+    nfc = all(unicodedata.is_normalized("NFC", s) for s in sources)
+    cased = any(s.lower() != s for s in sources)
+    normalization = ("nfc" if nfc else "none") if cased else ("nfc-lower" if nfc else "lower")
+    why = (f"train and dev sources {'all' if nfc else 'not all'} NFC; "
+           f"{'some have' if cased else 'none has'} characters that lower-casing changes")
+    return {"source_normalization": normalization, "lowercase_input": not cased,
+            "text_policy": {"source_normalization": normalization, "why": why, "space_is_a_source_symbol": space}}
