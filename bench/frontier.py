@@ -28,7 +28,8 @@ FRONTIER = (
 
 def engine_point(bundle_dir: str, precision: str, words: list[str], refs: dict) -> dict:
     from service.engine.bundle import load_bundle
-    from service.engine.engine import EngineConfig, served_precision
+    from service.config import EngineConfig
+    from service.engine.engine import served_precision
     from service.repository.models import warm_engine
     from training.evaluate import engine_hyps
     from training.metrics import score

@@ -1,4 +1,4 @@
-"""The server's batcher and engine driven in-process, without gRPC, by the same Poisson arrivals
+"""The server's answerer, batcher and engine driven in-process, without gRPC, by the same Poisson arrivals
 as bench/loadgen.py's open loop: what the server adds to the tail is the difference (target 5).
 
     python -m bench.inprocess --bundle models/g2p-en/1 --words words.txt --mode request --rate 300
@@ -21,10 +21,10 @@ from pathlib import Path
 
 
 from bench.loadgen import Recorder, send_at_poisson_times
-from service.scheduling.batcher import DeadlineExpired, Overloaded
+from service.domain import DeadlineExpired, Overloaded
 
 
-async def open_loop(batcher, words: list[str], rate: float, stop_at: float, rec: Recorder,
+async def open_loop(answerer, words: list[str], rate: float, stop_at: float, rec: Recorder,
                     clock=time.perf_counter) -> None:
     """One-word calls sent at bench/loadgen.py's Poisson times until stop_at, recorded as the load
     generator records its RPCs (a refusal counts as its failed call). clock: as send_at_poisson_times'."""
@@ -34,7 +34,7 @@ async def open_loop(batcher, words: list[str], rate: float, stop_at: float, rec:
         text = next(source)
         started = clock()
         try:
-            await batcher.transduce([text])
+            await answerer.transduce([text])
         except (Overloaded, DeadlineExpired):
             rec.errors += 1
             return
@@ -46,23 +46,24 @@ async def open_loop(batcher, words: list[str], rate: float, stop_at: float, rec:
 
 async def run(bundle_path: str, words: list[str], mode: str, rate: float, duration_s: float, warmup_s: float,
               precision: str) -> dict:
-    from service.config import BatcherConfig
+    from service.answering.answerer import Answerer
+    from service.config import AnswerConfig, BatcherConfig, EngineConfig
     from service.engine.bundle import load_bundle
-    from service.engine.engine import EngineConfig
     from service.metrics import Metrics
     from service.repository.models import warm_engine
     from service.scheduling.batcher import make_batcher
 
     engine = warm_engine(load_bundle(bundle_path), EngineConfig(precision=precision))
-    batcher = make_batcher(engine, BatcherConfig(mode=mode, cache_entries=0, lexicon=False),
-                           Metrics().for_model("bench"))
+    metrics = Metrics().for_model("bench")
+    batcher = make_batcher(engine, BatcherConfig(mode=mode), metrics)
+    answerer = Answerer(engine, batcher, AnswerConfig(cache_entries=0, lexicon=False), metrics)
     batcher.start()
     rec = Recorder()
     try:
         if warmup_s:
-            await open_loop(batcher, words, rate, time.perf_counter() + warmup_s, Recorder())
+            await open_loop(answerer, words, rate, time.perf_counter() + warmup_s, Recorder())
         t0 = time.perf_counter()
-        await open_loop(batcher, words, rate, t0 + duration_s, rec)
+        await open_loop(answerer, words, rate, t0 + duration_s, rec)
         seconds = time.perf_counter() - t0
     finally:
         await batcher.stop()

@@ -64,7 +64,8 @@ def serve_and_load(bundle_dir: str, grouping: str, words_file: Path, duration_s:
 
 def inprocess(bundle_dir: str, sets: dict[str, list[str]], seconds: float, batches=(64, 32, 16)) -> None:
     from service.engine.bundle import load_bundle
-    from service.engine.engine import Engine, EngineConfig
+    from service.config import EngineConfig
+    from service.engine.engine import Engine
     from service.scheduling.lengths import split
 
     engine = Engine(load_bundle(bundle_dir), EngineConfig())

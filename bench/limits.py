@@ -293,7 +293,7 @@ def engine_key(engine: dict, precision: str, batch: int) -> str | None:
 def measure(bundle_path, engine: dict, engine_threads: int | None = None, point_s: float = 0.3) -> dict:
     """The engine sweep's words/s (bench/sweep.py's keys) against the graphs' costs and the ceilings,
     at the engine's thread count (the server's default, EngineConfig.intra_op_threads)."""
-    from service.engine.engine import EngineConfig
+    from service.config import EngineConfig
 
     threads = engine_threads or EngineConfig().intra_op_threads or os.cpu_count()
     precisions = [p for p in ("fp32", "int8") if engine_key(engine, p, 64) or engine_key(engine, p, 1)]
@@ -351,7 +351,8 @@ def quick_engine(bundle_path, seconds: float) -> dict:
     from bench.harness import test_words
     from bench.sweep import decode_rate
     from service.engine.bundle import load_bundle
-    from service.engine.engine import Engine, EngineConfig
+    from service.config import EngineConfig
+    from service.engine.engine import Engine
 
     bundle = load_bundle(Path(bundle_path))
     words = test_words(bundle)

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import time
 
-from service.engine.engine import Engine, EngineConfig
+from service.config import EngineConfig
+from service.engine.engine import Engine
 
 
 def best(engine: dict, prefix: str, suffix: str = "") -> tuple[str, float]:

@@ -10,13 +10,13 @@ import os
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
-from service.engine.engine import EngineConfig
-
 ENV_PREFIX = "ATTNSERVE_"
 
 
 @dataclass(frozen=True)
 class ServerConfig:
+    """The transport (service/transport/, service/server.py): ports, limits per call, shutdown, security."""
+
     host: str = "0.0.0.0"
     port: int = 50051  # 0 picks a free port (tests)
     metrics_port: int = 9090  # Prometheus /metrics over HTTP; 0 picks a free port, -1 disables
@@ -33,12 +33,10 @@ class ServerConfig:
     max_connection_age_s: float = 300.0
     max_connection_age_grace_s: float = 30.0
     # gRPC's own backlog: calls received but not yet taken in by the event loop. Past what the
-    # transport can take in (~0.3 ms of CPU a call here) it grows, and every call waits in it, FIFO;
-    # past max_pending_calls gRPC sheds arrivals at once (CANCELLED) with a probability rising to 1
-    # at max_pending_calls_hard, and calls older than max_pending_age_s. A tight bound keeps the
-    # calls taken in fresh under sustained overload, a loose one absorbs bursts; `make overload`
-    # measures both (README, Overload): 128/512 held goodput at 0.64 of capacity at 10x sustained
-    # load but answered 529 of 1,000 calls sent at once (shedding 471), against 888 with these defaults.
+    # transport can take in it grows, and every call waits in it, FIFO; past max_pending_calls gRPC
+    # sheds arrivals at once (CANCELLED) with a probability rising to 1 at max_pending_calls_hard,
+    # and calls older than max_pending_age_s. A tight bound keeps the calls taken in fresh under
+    # sustained overload, a loose one absorbs bursts; `make overload` measures both (docs/operations.md).
     max_pending_calls: int = 1000
     max_pending_calls_hard: int = 4000
     max_pending_age_s: int = 1
@@ -86,42 +84,29 @@ BATCHING_MODES = ("continuous", "request")
 
 @dataclass(frozen=True)
 class BatcherConfig:
+    """Scheduling (service/scheduling/batcher.py): the queue, admission and how batches are formed."""
+
     # request: whole batches, greedy-decoded in one ONNX Loop call; continuous: sequences join and
-    # leave between decoder steps. `make bench` decides the default: for the shipped model on 2 cores
-    # request mode won single-word throughput, tails under load and unloaded latency (README, Performance).
+    # leave between decoder steps. `make bench` compares the two (docs/performance.md).
     mode: str = "request"
     max_batch_size: int = 64  # sources decoded together
-    # Request mode: how long a first arrival waits for company. 0 measured better here: batches
-    # run one at a time, so under load arrivals gather while the engine is busy anyway, and an idle
-    # engine should not wait (interleaved A/B, shipped model, 2 cores: unloaded p50 5.9 vs 9.5 ms,
-    # Poisson 330/s p99 31 vs 52 ms for 0 vs 2 ms).
+    # Request mode: how long a first arrival waits for company. Batches run one at a time, so under
+    # load arrivals gather while the engine is busy anyway, and an idle engine should not wait.
     max_wait_ms: float = 0.0
     # Continuous mode: while sequences decode, new arrivals may wait up to this long to join together,
-    # so one encoder run serves several (an idle engine admits at once). Encoding 1 source costs about
-    # as much as a decoder step of 20 rows for the shipped model; but 10 ms measured no better than 0
-    # on 2 cores (closed loop lost ~10%: rows wait instead of decoding), so joining at once stays the default.
+    # so one encoder run serves several (an idle engine admits at once); rows waiting do not decode.
     max_join_wait_ms: float = 0.0
     # Request mode: a batch is decoded as length-sorted groups, shortest first, each answered as it
     # ends, where a cost model says the smaller batches cost less than the steps of rows that had
-    # ended (service/scheduling/lengths.py): a greedy batch runs until its longest row ends. Measured
-    # (README, Performance; python -m bench.lengths): with the shipped model on 2 cores, 1 word per
-    # request at concurrency 64, +30% words/s on the varied-length workload and +21% on the uniform
-    # one (4 rounds each, every one better), p50 lower in every round. false: every batch is decoded as it was popped.
+    # ended (service/scheduling/lengths.py): a greedy batch runs until its longest row ends.
+    # false: every batch is decoded as it was popped (`python -m bench.lengths` compares).
     length_grouping: bool = True
     max_queue_size: int = 4096  # queued sources; beyond it new requests are refused (the bound on memory)
     # The queue's bound in time (service/scheduling/admission.py): a call whose expected wait, at the measured
     # service rate, exceeds this (or its own deadline) is refused at once. 0 = only deadlines bound it.
     max_queue_wait_ms: float = 2000.0
-    # Answers kept per model version (service/scheduling/cache.py), keyed by the tokenized input and
-    # every option; emptied when the overrides change. 0 = no cache.
-    cache_entries: int = 20000
-    # Answer an input the bundle's lexicon or the model's overrides have from them (forced through
-    # the model for score and attention); false: every input is decoded (a request can also bypass).
-    lexicon: bool = True
 
     def __post_init__(self):
-        if self.cache_entries < 0:
-            raise ValueError(f"cache_entries must be >= 0 (0 = off), got {self.cache_entries}")
         if self.mode not in BATCHING_MODES:
             raise ValueError(f"mode must be one of {BATCHING_MODES}, got {self.mode!r}")
         if self.max_batch_size < 1:
@@ -137,8 +122,51 @@ class BatcherConfig:
 
 
 @dataclass(frozen=True)
+class AnswerConfig:
+    """Answering (service/answering/answerer.py): what a call is answered with before the model."""
+
+    # Answers kept per model version (service/answering/cache.py), keyed by the tokenized input and
+    # every option; emptied when the overrides change. 0 = no cache.
+    cache_entries: int = 20000
+    # Answer an input the bundle's lexicon or the model's overrides have from them (forced through
+    # the model for score and attention); false: every input is decoded (a request can also bypass).
+    lexicon: bool = True
+
+    def __post_init__(self):
+        if self.cache_entries < 0:
+            raise ValueError(f"cache_entries must be >= 0 (0 = off), got {self.cache_entries}")
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """The engine (service/engine/engine.py): onnxruntime and the decoding limits."""
+
+    # The process's onnxruntime intra-op pool (0 = one thread per physical core). 1 by default so
+    # that the gRPC transport keeps a core of its own on a small machine: with the engine on every
+    # core the event loop falls behind the arrivals past capacity (`make overload` measures both).
+    intra_op_threads: int = 1
+    max_output_len: int = 40  # hard cap on decoder steps per sequence
+    # fp32 | int8 (the bundle's dynamically quantized graphs, `make quantize`) | auto: int8 when the
+    # bundle has it and its test WER is within INT8_WER_TOLERANCE of fp32's, else fp32
+    precision: str = "auto"
+    # How decode() (request-level batching) runs greedy steps: "onnx" in one call to an ONNX Loop
+    # around the decoder-step graph (service/engine/loop_graph.py), "python" one call per step.
+    greedy_loop: str = "onnx"
+
+    def __post_init__(self):
+        if self.precision not in ("auto", "fp32", "int8"):
+            raise ValueError(f"precision must be 'auto', 'fp32' or 'int8', got {self.precision!r}")
+        if self.greedy_loop not in ("onnx", "python"):
+            raise ValueError(f"greedy_loop must be 'onnx' or 'python', got {self.greedy_loop!r}")
+        if self.intra_op_threads < 0:
+            raise ValueError(f"intra_op_threads must be >= 0 (0 = onnxruntime default), got {self.intra_op_threads}")
+        if self.max_output_len < 1:
+            raise ValueError(f"max_output_len must be >= 1, got {self.max_output_len}")
+
+
+@dataclass(frozen=True)
 class RepositoryConfig:
-    """Which version of the model directory (`models/<name>/<version>/`) is served."""
+    """The repository (service/repository/): which version of the model directory (`models/<name>/<version>/`) is served."""
 
     model_version: str = ""  # pin a version directory; "" = the highest numeric version
     model_poll_s: float = 0.0  # look for a newer version this often and hot-reload it; 0 = off
@@ -165,12 +193,13 @@ class Config:
     model_dir: Path | None = None
     default_model: str = ""  # the model a request without a model name gets; "" = the only one
     server: ServerConfig = field(default_factory=ServerConfig)
+    answering: AnswerConfig = field(default_factory=AnswerConfig)
     batcher: BatcherConfig = field(default_factory=BatcherConfig)
     engine: EngineConfig = field(default_factory=EngineConfig)
     repository: RepositoryConfig = field(default_factory=RepositoryConfig)
 
 
-SECTIONS = {"server": ServerConfig, "batcher": BatcherConfig, "engine": EngineConfig,
+SECTIONS = {"server": ServerConfig, "answering": AnswerConfig, "batcher": BatcherConfig, "engine": EngineConfig,
             "repository": RepositoryConfig}
 
 

@@ -20,8 +20,9 @@ from grpc_reflection.v1alpha import reflection
 
 from inference import grpc_service_pb2_grpc as kserve_grpc
 from service.transport.admin import AdminServicer, admin_handler
+from service.answering.answerer import Answerer
+from service.domain import BundleError
 from service.scheduling.batcher import Batcher
-from service.engine.bundle import BundleError
 from service.config import Config, ServerConfig, parse_config
 from service.transport.guard import GuardInterceptor
 from service.transport.http import HttpFront
@@ -81,7 +82,7 @@ class ServiceRecorder:
 
 class AttnServer:
     """One server: gRPC transport, health, reflection, metrics endpoint, and the model repository
-    (each model with its batcher and engine)."""
+    (each model with its answerer, batcher and engine)."""
 
     def __init__(self, cfg: Config, metrics: Metrics | None = None):
         """Raises SecurityError when a TLS file or the auth token cannot be used."""
@@ -129,9 +130,14 @@ class AttnServer:
             self.metrics_port = self.http.port
 
     @property
-    def batcher(self) -> Batcher | None:
-        """The default model's batcher (tests of one model)."""
+    def answerer(self) -> Answerer:
+        """The default model's answerer (tests of one model)."""
         return self.repository.ready("")[0]
+
+    @property
+    def batcher(self) -> Batcher:
+        """The default model's batcher (tests of one model)."""
+        return self.answerer.batcher
 
     async def load(self) -> None:
         """Verify, load and warm every model, then report health: each model's own name is SERVING once

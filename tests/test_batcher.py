@@ -6,9 +6,10 @@ import time
 import numpy as np
 import pytest
 
-from service.scheduling.batcher import Batcher, DeadlineExpired, InvalidInput, NotReady, Overloaded
-from service.config import BatcherConfig, parse_config
-from service.engine.engine import Decoded
+from service.domain import DeadlineExpired, Decoded, InvalidInput, NotReady, Overloaded
+from service.answering.answerer import Answerer
+from service.scheduling.batcher import Batcher
+from service.config import AnswerConfig, BatcherConfig, parse_config
 from service.metrics import Metrics
 from service.scheduling import lengths
 
@@ -17,6 +18,7 @@ class FakeEngine:
     """Echoes each source upper-cased; records every batch it is given."""
 
     tgt_joiner = " "
+    precision = "fp32"
 
     def __init__(self, delay_s=0.0, fail_on=None):
         self.batches: list[list[str]] = []
@@ -25,7 +27,7 @@ class FakeEngine:
         self.gate = threading.Event()
         self.gate.set()
 
-    src_tokens_kind = "words"  # no compound splitting (service/scheduling/compound.py): one text, one source
+    src_tokens_kind = "words"  # no compound splitting (service/answering/compound.py): one text, one source
 
     def tokenize(self, text):
         return list(text.strip())
@@ -44,10 +46,17 @@ class FakeEngine:
                         attn=np.eye(len(s), dtype=np.float32), finished=True) for s in sources]
 
 
-async def started(engine, **cfg):
-    # no response cache unless a test asks: these tests count what reaches the engine
-    b = Batcher(engine, BatcherConfig(**{"cache_entries": 0, **cfg}), Metrics().for_model("m"))
-    b.start()
+def answering(engine, batcher_cls=None, metrics=None, cache_entries=0, **cfg) -> Answerer:
+    """A batcher (not started) and the answerer that holds it, as the repository builds them.
+    No response cache unless a test asks: these tests count what reaches the engine."""
+    metrics = metrics or Metrics().for_model("m")
+    batcher = (batcher_cls or Batcher)(engine, BatcherConfig(**cfg), metrics)
+    return Answerer(engine, batcher, AnswerConfig(cache_entries=cache_entries), metrics)
+
+
+async def started(engine, **cfg) -> Answerer:
+    b = answering(engine, **cfg)
+    b.batcher.start()
     return b
 
 
@@ -58,7 +67,7 @@ async def test_concurrent_requests_share_a_batch_and_keep_order():
     for i, ((r1,), (r2,)) in enumerate(results):
         assert r1.output_tokens == list(f"W{i}") and r2.output_tokens == list(f"X{i}")
     assert max(len(batch) for batch in engine.batches) > 2
-    await b.stop()
+    await b.batcher.stop()
 
 
 async def test_max_batch_size_is_respected():
@@ -67,7 +76,7 @@ async def test_max_batch_size_is_respected():
     await asyncio.gather(*(b.transduce([f"w{i}"]) for i in range(17)))
     assert max(len(batch) for batch in engine.batches) == 4
     assert sum(len(batch) for batch in engine.batches) == 17
-    await b.stop()
+    await b.batcher.stop()
 
 
 async def test_a_full_queue_refuses_new_requests_and_finishes_admitted_ones():
@@ -83,7 +92,7 @@ async def test_a_full_queue_refuses_new_requests_and_finishes_admitted_ones():
     assert len(rejected) + len(served) == 10
     assert len(served) <= 4 + 2  # the queue plus the batch already in the engine
     assert rejected and "queue is full" in str(rejected[0])
-    await b.stop()
+    await b.batcher.stop()
 
 
 async def loaded(engine: FakeEngine, **cfg) -> tuple[Batcher, list[asyncio.Future]]:
@@ -100,7 +109,7 @@ async def loaded(engine: FakeEngine, **cfg) -> tuple[Batcher, list[asyncio.Futur
 async def test_a_call_the_queue_cannot_serve_within_its_deadline_is_refused_at_once():
     engine = FakeEngine(delay_s=0.02)
     b, queued = await loaded(engine)
-    per_s = b.rate.sources_per_s()
+    per_s = b.batcher.rate.sources_per_s()
     assert 150 < per_s < 210, per_s  # the full-batch rate, not the small batches' (sleep overshoots a little)
     t0 = time.perf_counter()
     with pytest.raises(Overloaded, match="does not fit in the call's deadline"):
@@ -115,14 +124,14 @@ async def test_a_call_the_queue_cannot_serve_within_its_deadline_is_refused_at_o
     assert refused_in_s < 0.005  # told at once, not after waiting
     assert "late" not in [w for batch in engine.batches for w in batch]
     assert b.metrics.admission_refusals.labels("deadline")._value.get() == 1
-    await b.stop()
+    await b.batcher.stop()
 
 
 async def test_the_queue_is_bounded_in_time_for_calls_without_a_deadline():
     engine = FakeEngine(delay_s=0.02)
     b, queued = await loaded(engine, max_queue_wait_ms=100)
     # Of the 44 queued without a deadline, those past 100 ms of expected wait (~20 sources at 200/s) were refused.
-    assert 15 <= len(b._queue) <= 25, len(b._queue)
+    assert 15 <= len(b.batcher._queue) <= 25, len(b.batcher._queue)
     with pytest.raises(Overloaded, match="exceeds max_queue_wait_ms"):
         await b.transduce([f"no-deadline{i}" for i in range(10)])  # 10 more sources: 50 ms more
     engine.gate.set()
@@ -131,7 +140,7 @@ async def test_the_queue_is_bounded_in_time_for_calls_without_a_deadline():
     assert refused and len(refused) + sum(isinstance(o, list) for o in outcomes) == len(queued)
     ((r,),) = await b.transduce(["now"])  # the queue drained: admitted again
     assert r.output_tokens == list("NOW")
-    await b.stop()
+    await b.batcher.stop()
 
 
 async def test_a_source_whose_deadline_passes_in_the_queue_is_not_decoded():
@@ -147,7 +156,7 @@ async def test_a_source_whose_deadline_passes_in_the_queue_is_not_decoded():
         await doomed
     await first
     assert ["doomed"] not in engine.batches
-    await b.stop()
+    await b.batcher.stop()
 
 
 async def test_an_engine_fault_fails_only_its_batch():
@@ -157,7 +166,7 @@ async def test_an_engine_fault_fails_only_its_batch():
         await b.transduce(["boom"])
     ((r,),) = await b.transduce(["ok"])
     assert r.output_tokens == ["O", "K"]
-    await b.stop()
+    await b.batcher.stop()
 
 
 async def test_cancelled_callers_are_dropped_from_the_queue():
@@ -174,17 +183,17 @@ async def test_cancelled_callers_are_dropped_from_the_queue():
     ((r,),) = await b.transduce(["after"])
     assert r.output_tokens == list("AFTER")
     assert ["doomed"] not in engine.batches
-    await b.stop()
+    await b.batcher.stop()
 
 
 async def test_empty_after_tokenization_is_invalid_and_not_ready_before_start():
-    b = Batcher(FakeEngine(), BatcherConfig(), Metrics().for_model("m"))
+    b = answering(FakeEngine())
     with pytest.raises(NotReady):
         await b.transduce(["x"])
-    b.start()
+    b.batcher.start()
     with pytest.raises(InvalidInput, match=r"inputs\[1\]"):
         await b.transduce(["x", "   "])
-    await b.stop()
+    await b.batcher.stop()
 
 
 def test_config_errors_name_the_field():
@@ -199,7 +208,9 @@ def test_config_errors_name_the_field():
 # --- continuous (step-level) batching -------------------------------------------------------
 
 from service.scheduling.batcher import ContinuousBatcher  # noqa: E402
-from service.engine.engine import DecodeOptions, EngineConfig, Running  # noqa: E402
+from service.config import EngineConfig
+from service.domain import DecodeOptions
+from service.engine.engine import Running  # noqa: E402
 
 EOS = 2
 
@@ -213,6 +224,7 @@ class StepEngine:
 
     eos_id = EOS
     tgt_joiner = ""
+    precision = "fp32"
     src_tokens_kind = "words"  # as FakeEngine: no compound splitting
 
     def __init__(self, max_output_len=40, step_s=0.0):
@@ -262,8 +274,8 @@ class StepEngine:
 
 
 async def continuous(engine, **cfg):
-    b = ContinuousBatcher(engine, BatcherConfig(**cfg), Metrics().for_model("m"))
-    b.start()
+    b = answering(engine, ContinuousBatcher, **cfg)
+    b.batcher.start()
     return b
 
 
@@ -280,7 +292,7 @@ async def test_continuous_outputs_are_right_for_rows_joining_and_leaving():
         assert "".join(r.output_tokens) == w and r.finished
         assert r.attn.shape == (len(w) + 1, len(w))
         assert np.allclose(r.attn.sum(axis=1), 1.0)
-    await b.stop()
+    await b.batcher.stop()
 
 
 async def test_short_sequences_leave_without_waiting_for_long_ones():
@@ -299,7 +311,7 @@ async def test_short_sequences_leave_without_waiting_for_long_ones():
     with_long = [i for i, batch in enumerate(engine.step_batches) if long_word in batch]
     assert all(long_word in engine.step_batches[i] for i in with_short)
     assert len(with_short) == 3 and max(with_short) < max(with_long)
-    await b.stop()
+    await b.batcher.stop()
 
 
 @pytest.mark.parametrize("join_wait_ms", [0, 200])
@@ -320,7 +332,7 @@ async def test_arrivals_during_decoding_wait_to_join_together(join_wait_ms):
         assert engine.encode_batches == [["x" * 35], ["ab", "cd", "ef"]]
     else:  # each joined at the next step, on its own
         assert engine.encode_batches == [["x" * 35], ["ab"], ["cd"], ["ef"]]
-    await b.stop()
+    await b.batcher.stop()
 
 
 async def test_a_full_batch_admits_without_waiting():
@@ -333,7 +345,7 @@ async def test_a_full_batch_admits_without_waiting():
     await b.transduce(["ab", "cd"])  # fills the two free rows: no reason to wait
     assert time.perf_counter() - started < 5
     await long_call
-    await b.stop()
+    await b.batcher.stop()
 
 
 async def test_continuous_respects_max_batch_size_and_length_limits():
@@ -345,7 +357,7 @@ async def test_continuous_respects_max_batch_size_and_length_limits():
         assert len(r.attn) == 5 and not r.finished  # cut by the engine's cap
     ((r,),) = await b.transduce(["abcdef"], DecodeOptions(max_output_len=2))
     assert r.output_tokens == ["a", "b"] and not r.finished
-    await b.stop()
+    await b.batcher.stop()
 
 
 async def test_cancelled_sequence_leaves_the_running_batch():
@@ -360,7 +372,7 @@ async def test_cancelled_sequence_leaves_the_running_batch():
     assert "".join(r.output_tokens) == "k" * 30
     with_doomed = [i for i, batch in enumerate(engine.step_batches) if "d" * 39 in batch]
     assert max(with_doomed) <= steps_at_cancel  # at most the step already under way
-    await b.stop()
+    await b.batcher.stop()
 
 
 async def test_continuous_engine_fault_fails_its_batch_and_the_loop_survives():
@@ -371,7 +383,7 @@ async def test_continuous_engine_fault_fails_its_batch_and_the_loop_survives():
         await b.transduce(["boom"])
     ((r,),) = await b.transduce(["fine"])
     assert "".join(r.output_tokens) == "fine"
-    await b.stop()
+    await b.batcher.stop()
 
 
 async def test_continuous_admission_counts_free_rows_and_refuses_what_the_queue_cannot_serve_in_time():
@@ -380,7 +392,7 @@ async def test_continuous_admission_counts_free_rows_and_refuses_what_the_queue_
     engine = StepEngine(step_s=0.004)  # 5-letter words: 6 steps, ~25 ms each at 4 rows
     b = await continuous(engine, max_batch_size=4)
     await asyncio.gather(*(b.transduce([f"warm{i}"]) for i in range(16)))  # the rate under load
-    assert b.rate.sources_per_s() is not None
+    assert b.batcher.rate.sources_per_s() is not None
     ((r,),) = await b.transduce(["alone"], deadline_s=time.perf_counter() + 0.001)  # free rows: admitted
     assert r.output_tokens == list("alone")
     busy = [asyncio.ensure_future(b.transduce([f"busy{i}"])) for i in range(24)]  # 4 rows + 20 queued
@@ -390,13 +402,13 @@ async def test_continuous_admission_counts_free_rows_and_refuses_what_the_queue_
         await b.transduce(["late"], deadline_s=time.perf_counter() + 0.05)
     assert time.perf_counter() - t0 < 0.005
     assert all(len(o) == 1 for o in await asyncio.gather(*busy))
-    await b.stop()
+    await b.batcher.stop()
 
 
 async def test_the_response_cache_answers_repeats_without_the_engine_and_stays_bounded():
     engine, metrics = FakeEngine(), Metrics()
-    b = Batcher(engine, BatcherConfig(max_batch_size=8, cache_entries=2), metrics.for_model("m"))
-    b.start()
+    b = answering(engine, metrics=metrics.for_model("m"), max_batch_size=8, cache_entries=2)
+    b.batcher.start()
 
     def value(name, **labels):
         return metrics.registry.get_sample_value(name, {"model": "m", **labels}) or 0
@@ -416,7 +428,7 @@ async def test_the_response_cache_answers_repeats_without_the_engine_and_stays_b
     assert value("attnserve_cache_entries") == 0
     await b.transduce(["xyz"])
     assert len(engine.batches) == 5
-    await b.stop()
+    await b.batcher.stop()
 
 
 async def test_no_cache_with_zero_entries():
@@ -425,7 +437,7 @@ async def test_no_cache_with_zero_entries():
     for _ in range(3):
         await b.transduce(["abc"])
     assert len(engine.batches) == 3
-    await b.stop()
+    await b.batcher.stop()
 
 
 # --- row-step counters and length grouping (service/scheduling/lengths.py) ------------------
@@ -471,7 +483,7 @@ async def test_row_step_counters_for_a_known_batch(grouping):
     else:  # one batch of 21 steps; the short rows' own steps are 3 each, the other 18 are waste
         assert engine.batches == [MIXED]
         assert row_steps(b) == (21, 8 * 21, 4 * 3 + 4 * 21)
-    await b.stop()
+    await b.batcher.stop()
 
 
 async def test_continuous_counts_every_row_step_as_useful():
@@ -481,7 +493,7 @@ async def test_continuous_counts_every_row_step_as_useful():
     steps, rows, useful = row_steps(b)
     assert rows == useful == sum(len(w) + 1 for w in MIXED)  # rows leave at the step they end
     assert steps == 21
-    await b.stop()
+    await b.batcher.stop()
 
 
 async def test_length_groups_answer_short_callers_before_the_long_group_runs():
@@ -501,7 +513,7 @@ async def test_length_groups_answer_short_callers_before_the_long_group_runs():
     await asyncio.gather(hold, *calls)
     assert engine.batches == [["hold"], SHORT, LONG]
     assert max(done_at[w] for w in SHORT) < min(done_at[w] for w in LONG) - 0.1
-    await b.stop()
+    await b.batcher.stop()
 
 
 async def test_length_grouping_never_passes_over_a_source_popped_earlier():
@@ -519,7 +531,7 @@ async def test_length_grouping_never_passes_over_a_source_popped_earlier():
     engine.gate.set()
     await asyncio.gather(hold, first, second)
     assert engine.batches == [["hold"], SHORT, LONG, later]
-    await b.stop()
+    await b.batcher.stop()
 
 
 async def test_an_engine_failure_in_one_length_group_fails_only_that_groups_callers():
@@ -538,7 +550,7 @@ async def test_an_engine_failure_in_one_length_group_fails_only_that_groups_call
     assert all(outcomes[w][0][0].output_tokens == list(w.upper()) for w in SHORT)
     assert all(isinstance(outcomes[w], RuntimeError) for w in LONG)
     assert (await b.transduce(["ok"]))[0][0].output_tokens == ["O", "K"]  # the loop goes on
-    await b.stop()
+    await b.batcher.stop()
 
 
 async def test_a_length_group_whose_callers_all_left_is_not_decoded():
@@ -558,7 +570,7 @@ async def test_a_length_group_whose_callers_all_left_is_not_decoded():
     await asyncio.sleep(0.1)
     assert engine.batches == [["hold"], SHORT]  # the long group's caller left: nothing decoded for it
     assert long_call.cancelled()
-    await b.stop()
+    await b.batcher.stop()
 
 
 def test_split_groups_by_length_shortest_first_and_only_where_it_saves():

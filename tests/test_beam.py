@@ -7,7 +7,9 @@ import torch
 
 from service.engine.beam import beam_search
 from service.engine.bundle import load_bundle, write_manifest
-from service.engine.engine import DecodeOptions, Engine, EngineConfig
+from service.config import EngineConfig
+from service.domain import DecodeOptions
+from service.engine.engine import Engine
 from training.data import Vocab
 from training.export import export_graphs
 from training.model import ModelConfig, Seq2Seq

@@ -7,7 +7,7 @@ import selectors
 import pytest
 
 from bench import inprocess, loadgen
-from service.scheduling.batcher import Overloaded
+from service.domain import Overloaded
 
 # Longer than most gaps at 400 calls/s (1/400 s on average): a driver that waited for each answer before
 # the next call would start nearly every call late.

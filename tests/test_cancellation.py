@@ -10,7 +10,7 @@ import grpc
 import pytest_asyncio
 
 from attnserve.v1 import attnserve_pb2 as pb, attnserve_pb2_grpc as pbg
-from service.config import BatcherConfig, Config, ServerConfig
+from service.config import AnswerConfig, BatcherConfig, Config, ServerConfig
 from tests.live import start_loaded
 
 STEP_S = 0.005
@@ -23,7 +23,7 @@ NO_ATTENTION = pb.DecodeOptions(return_attention=False, max_output_len=40)
 async def server(tiny_bundle):
     s = await start_loaded(Config(model_dir=tiny_bundle,
                                   server=ServerConfig(host="127.0.0.1", port=0, metrics_port=-1),
-                                  batcher=BatcherConfig(mode="continuous", max_batch_size=16, cache_entries=0)))
+                                  answering=AnswerConfig(cache_entries=0), batcher=BatcherConfig(mode="continuous", max_batch_size=16)))
     engine = s.batcher.engine
     real_step = engine.step
 

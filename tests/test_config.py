@@ -3,8 +3,7 @@ from pathlib import Path
 
 import pytest
 
-from service.config import ServerConfig, parse_config
-from service.engine.engine import EngineConfig
+from service.config import EngineConfig, ServerConfig, parse_config
 
 
 def test_defaults_work():

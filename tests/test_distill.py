@@ -3,7 +3,8 @@ import pytest
 import torch
 
 from service.engine.bundle import load_bundle
-from service.engine.engine import Engine, EngineConfig
+from service.config import EngineConfig
+from service.engine.engine import Engine
 from training import distill, train
 from training.data import split_of
 

@@ -7,7 +7,8 @@ import pytest
 
 import service.engine.engine
 from service.engine.bundle import load_bundle
-from service.engine.engine import Engine, EngineConfig
+from service.config import EngineConfig
+from service.engine.engine import Engine
 
 
 @pytest.fixture(params=["onnx", "python"])

@@ -9,8 +9,9 @@ import torch
 from attnserve.v1 import attnserve_pb2 as pb, attnserve_pb2_grpc as pbg
 from service.engine.beam import beam_search
 from service.engine.bundle import load_bundle
-from service.config import BatcherConfig, Config, ServerConfig
-from service.engine.engine import DecodeOptions, Engine, EngineConfig
+from service.config import BatcherConfig, Config, EngineConfig, ServerConfig
+from service.domain import DecodeOptions
+from service.engine.engine import Engine
 from tests.live import serving
 from training import train
 from training.data import BOS_ID, Vocab

@@ -6,8 +6,10 @@ import numpy as np
 import pytest
 import torch
 
-from service.engine.bundle import BundleError, load_bundle
-from service.engine.engine import Engine, EngineConfig
+from service.domain import BundleError
+from service.engine.bundle import load_bundle
+from service.config import EngineConfig
+from service.engine.engine import Engine
 from training.data import Vocab
 from training.export import export_graphs, load_checkpoint, parity
 from training.model import ModelConfig, Seq2Seq

@@ -17,8 +17,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from attnserve.v1 import attnserve_pb2 as pb
 from service.engine.bundle import load_bundle
-from service.config import BatcherConfig, Config, ServerConfig
-from service.engine.engine import EngineConfig
+from service.config import BatcherConfig, Config, EngineConfig, ServerConfig
 from service.transport.servicer import SERVICE_NAME
 from tests.live import ThreadServer
 
@@ -135,7 +134,7 @@ ALPHABET: set[str] = set()  # the tiny model's source symbols, set by the test f
 
 def words_of(text: str) -> list[str]:
     """The words the server answers an input as: several when spaces or hyphens (outside the
-    alphabet) separate them (service/scheduling/compound.py), else the stripped input."""
+    alphabet) separate them (service/answering/compound.py), else the stripped input."""
     stripped = text.strip()
     seps = set("".join(re.findall(r"[\s\-]+", stripped)))
     if not seps or seps & ALPHABET:

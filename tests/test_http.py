@@ -30,7 +30,7 @@ async def server(tiny_bundle, tmp_path_factory):
     copy_model(tiny_bundle, repository, "tiny")
     copy_model(tiny_bundle, repository, "broken", break_onnx=True)
     cfg = config(None)
-    cfg = type(cfg)(model_repository=repository, server=cfg.server, batcher=cfg.batcher)
+    cfg = type(cfg)(model_repository=repository, server=cfg.server, answering=cfg.answering, batcher=cfg.batcher)
     async with serving(cfg) as s:
         yield s
 

@@ -1,24 +1,84 @@
-"""The folder tree is the flow: transport -> repository -> scheduling -> engine. Only transport/
-(and server.py, client/) may touch grpc or the generated protobuf modules, and the server never
-imports the client tools. Read from the source with ast, so a lazy import inside a function counts."""
+"""The folder tree is the flow, one way: transport -> repository -> answering -> scheduling -> engine.
+
+A module may import its own layer and the layers below it, and the shared modules every layer may
+use (domain, config, metrics, tasks), which import no other part of the service. Only transport/
+(and server.py, client/) touch grpc or the generated protobuf modules; the server never imports
+the client tools. Imports are read from the source with ast, relative ones resolved, so a lazy
+import inside a function counts too.
+"""
 import ast
+import sys
 from pathlib import Path
 
 import pytest
 
 SERVICE = Path(__file__).resolve().parent.parent / "service"
 WIRE = ("grpc", "grpc_health", "grpc_reflection", "attnserve", "inference", "google.protobuf")
-NO_WIRE = ["scheduling", "engine", "repository", "config.py", "metrics.py", "tasks.py"]
+# Top to bottom: a request walks down this list and never back up.
+LAYERS = ["transport", "repository", "answering", "scheduling", "engine"]
+SHARED = ["domain", "config", "metrics", "tasks"]  # below every layer, beside each other
+NO_WIRE = LAYERS[1:] + [f"{m}.py" for m in SHARED]
 
 
-def imported(path: Path) -> set[str]:
+def imported(path: Path, package: str) -> set[str]:
+    """Every module a file imports, relative imports resolved against its package (e.g. service.engine)."""
     names = set()
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Import):
             names.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names.add(node.module)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[:len(base) - node.level + 1]
+                module = ".".join(base + ([node.module] if node.module else []))
+                if node.module:
+                    names.add(module)
+                else:  # `from . import x`: the submodule x
+                    names.update(f"{module}.{a.name}" for a in node.names)
+            elif node.module:
+                names.add(node.module)
     return names
+
+
+def package_of(path: Path) -> str:
+    parts = path.relative_to(SERVICE.parent).with_suffix("").parts
+    return ".".join(parts if path.name == "__init__.py" else parts[:-1]).removesuffix(".__init__")
+
+
+def part_of(module: str) -> str | None:
+    """The part of the service a module belongs to: a layer, a shared module, server, client; None outside."""
+    parts = module.split(".")
+    if parts[0] != "service":
+        return None
+    return parts[1] if len(parts) > 1 else "service"
+
+
+def rank(part: str) -> float:
+    """Lower is higher up. The server builds everything; shared modules are below every layer."""
+    if part == "server":
+        return -1
+    if part in LAYERS:
+        return LAYERS.index(part)
+    if part in SHARED:
+        return len(LAYERS)
+    raise AssertionError(f"service/{part} is in no layer: add it to LAYERS or SHARED")
+
+
+def own_part(path: Path) -> str:
+    return part_of(package_of(path) if path.name == "__init__.py" else package_of(path) + "." + path.stem)
+
+
+def upward(path: Path) -> set[str]:
+    """The service modules this file imports from a layer above its own (or, for a shared module, any)."""
+    own = own_part(path)
+    found = set()
+    for name in imported(path, package_of(path)):
+        other = part_of(name)
+        if other is None or other == own or other == "service":
+            continue
+        if own in SHARED or rank(other) < rank(own):
+            found.add(name)
+    return found
 
 
 def modules(part: str) -> list[Path]:
@@ -26,31 +86,102 @@ def modules(part: str) -> list[Path]:
     return sorted(path.rglob("*.py")) if path.is_dir() else [path]
 
 
+def server_modules() -> list[Path]:
+    return [p for p in SERVICE.rglob("*.py") if "client" not in p.relative_to(SERVICE).parts]
+
+
 @pytest.mark.parametrize("part", NO_WIRE)
 def test_below_transport_nothing_imports_grpc_or_protobuf(part):
     for path in modules(part):
-        wire = {n for n in imported(path) if n.split(".")[0] in WIRE or n.startswith(WIRE)}
+        wire = {n for n in imported(path, package_of(path)) if n.split(".")[0] in WIRE or n.startswith(WIRE)}
         assert not wire, f"{path.relative_to(SERVICE)} imports {sorted(wire)}"
 
 
-@pytest.mark.parametrize("part", ["scheduling", "engine"])
-def test_scheduling_and_engine_do_not_reach_up(part):
-    up = ("service.transport", "service.repository", "service.server", "service.client")
-    for path in modules(part):
-        found = {n for n in imported(path) if n.startswith(up)}
-        assert not found, f"{path.relative_to(SERVICE)} imports {sorted(found)}"
+def test_no_module_imports_a_layer_above_its_own():
+    found = {str(p.relative_to(SERVICE)): sorted(up) for p in server_modules() if (up := upward(p))}
+    assert not found, f"upward imports: {found}"
+
+
+def test_the_domain_imports_nothing_of_the_service_or_outside_the_standard_library():
+    names = imported(SERVICE / "domain.py", "service")
+    assert not {n for n in names if n.startswith("service")}, names
+    assert names <= {"__future__", "dataclasses", "pathlib", "typing", "numpy"}, names
+    tree = ast.parse((SERVICE / "domain.py").read_text())
+    runtime = [n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
+    assert all(getattr(n, "module", None) != "numpy" for n in runtime)  # numpy only for annotations
 
 
 def test_the_server_never_imports_the_client_tools():
-    for path in SERVICE.rglob("*.py"):
-        if "client" in path.relative_to(SERVICE).parts:
-            continue
-        found = {n for n in imported(path) if n.startswith("service.client")}
+    for path in server_modules():
+        found = {n for n in imported(path, package_of(path)) if n.startswith("service.client")}
         assert not found, f"{path.relative_to(SERVICE)} imports {sorted(found)}"
+
+
+def test_every_module_is_in_a_layer():
+    for path in server_modules():
+        part = own_part(path)
+        if part not in ("service", "server"):
+            rank(part)
 
 
 def test_the_checks_see_the_modules():
     # a renamed folder must not turn the checks above into checks of nothing
     for part in NO_WIRE + ["transport", "client"]:
         assert modules(part) and all(p.exists() for p in modules(part)), part
-    assert "grpc" in imported(SERVICE / "transport" / "servicer.py")
+    assert "grpc" in imported(SERVICE / "transport" / "servicer.py", "service.transport")
+
+
+def test_the_check_fails_on_an_upward_import_absolute_or_relative(tmp_path, monkeypatch):
+    """The rules above catch what they are for: an engine module reaching up to scheduling, once
+    absolutely and once relatively, and a shared module importing a layer."""
+    root = tmp_path / "service"
+    for part in LAYERS:
+        (root / part).mkdir(parents=True)
+        (root / part / "__init__.py").write_text("")
+    (root / "__init__.py").write_text("")
+    (root / "engine" / "absolute.py").write_text("def f():\n    from service.scheduling.batcher import Batcher\n")
+    (root / "engine" / "relative.py").write_text("from ..scheduling import batcher\n")
+    (root / "engine" / "fine.py").write_text("from .bundle import Bundle\nfrom service.domain import Decoded\n")
+    (root / "domain.py").write_text("from service.engine.engine import Engine\n")
+    (root / "answering" / "down.py").write_text("from ..scheduling.batcher import Batcher\n")
+    monkeypatch.setattr(sys.modules[__name__], "SERVICE", root)
+    assert upward(root / "engine" / "absolute.py") == {"service.scheduling.batcher"}
+    assert upward(root / "engine" / "relative.py") == {"service.scheduling"}
+    assert upward(root / "engine" / "fine.py") == set()
+    assert upward(root / "domain.py") == {"service.engine.engine"}
+    assert upward(root / "answering" / "down.py") == set()
+
+
+def cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import cycle of the graph (module -> modules it imports), or None."""
+    state: dict[str, int] = {}  # 1 on the path, 2 done
+    path: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        path.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                return path[path.index(nxt):] + [nxt]
+            if nxt not in state and (found := visit(nxt)):
+                return found
+        path.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state and (found := visit(node)):
+            return found
+    return None
+
+
+def test_the_cycle_finder_finds_a_cycle():
+    assert cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert cycle({"a": {"b", "c"}, "b": {"c"}, "c": set()}) is None
+
+
+def test_no_import_cycle_in_the_service():
+    files = {package_of(p) if p.name == "__init__.py" else f"{package_of(p)}.{p.stem}": p
+             for p in SERVICE.rglob("*.py")}
+    graph = {m: {n for n in imported(p, package_of(p)) if n in files and n != m} for m, p in files.items()}
+    assert cycle(graph) is None, f"import cycle: {' -> '.join(cycle(graph))}"

@@ -15,9 +15,11 @@ import torch
 
 from attnserve.v1 import attnserve_pb2 as pb, attnserve_pb2_grpc as pbg
 from service.engine.bundle import load_bundle, write_manifest
-from service.engine.engine import Engine, EngineConfig
+from service.config import EngineConfig
+from service.engine.engine import Engine
 from service.engine.forced import force
-from service.scheduling.lexicon import LexiconError, read_tsv
+from service.answering.lexicon import read_tsv
+from service.domain import LexiconError
 from tests.live import serving
 from tests.test_server import config
 from training.data import load_tsv
@@ -97,7 +99,7 @@ def test_bad_lexicon_lines_name_file_and_line(tmp_path, tiny_bundle):
 @pytest_asyncio.fixture(loop_scope="session", scope="module")
 async def server(lexicon_model):
     cfg = config(lexicon_model)
-    cfg = type(cfg)(model_dir=cfg.model_dir, server=cfg.server, batcher=cfg.batcher,
+    cfg = type(cfg)(model_dir=cfg.model_dir, server=cfg.server, answering=cfg.answering, batcher=cfg.batcher,
                     repository=type(cfg.repository)(overrides_poll_s=0.1))
     async with serving(cfg) as s:
         yield s
@@ -246,7 +248,7 @@ async def test_overrides_from_a_mounted_directory(lexicon_model, tmp_path):
     """--overrides-dir: <dir>/<model>.tsv, as a Kubernetes ConfigMap volume provides it."""
     (tmp_path / "tiny.tsv").write_text("knight\tK N IH G T\n")
     cfg = config(lexicon_model)
-    cfg = type(cfg)(model_dir=cfg.model_dir, server=cfg.server, batcher=cfg.batcher,
+    cfg = type(cfg)(model_dir=cfg.model_dir, server=cfg.server, answering=cfg.answering, batcher=cfg.batcher,
                     repository=type(cfg.repository)(overrides_dir=str(tmp_path)))
     async with serving(cfg) as s, grpc.aio.insecure_channel(f"127.0.0.1:{s.port}") as channel:
         (r,) = await transduce(pbg.TransducerStub(channel), "knight")

@@ -12,7 +12,7 @@ import pytest
 import pytest_asyncio
 
 from attnserve.v1 import attnserve_pb2 as pb, attnserve_pb2_grpc as pbg
-from service.config import BatcherConfig, Config, ServerConfig
+from service.config import AnswerConfig, BatcherConfig, Config, ServerConfig
 from tests.live import serving
 
 WORDS = ["internationalization", "characteristically", "photosynthesis", "counterproductive",
@@ -29,7 +29,7 @@ def rss_bytes() -> int:
 @pytest_asyncio.fixture(loop_scope="session")
 async def server(tiny_bundle):
     async with serving(Config(model_dir=tiny_bundle, server=ServerConfig(host="127.0.0.1", port=0, metrics_port=-1),
-                              batcher=BatcherConfig(max_batch_size=2, max_queue_size=MAX_QUEUE, cache_entries=0))) as s:
+                              answering=AnswerConfig(cache_entries=0), batcher=BatcherConfig(max_batch_size=2, max_queue_size=MAX_QUEUE))) as s:
         yield s
 
 

@@ -4,8 +4,10 @@ import shutil
 import numpy as np
 import pytest
 
-from service.engine.bundle import BundleError, load_bundle
-from service.engine.engine import Engine, EngineConfig
+from service.domain import BundleError
+from service.engine.bundle import load_bundle
+from service.config import EngineConfig
+from service.engine.engine import Engine
 from training.quantize import quantize_bundle
 
 

@@ -14,7 +14,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from attnserve.v1 import attnserve_pb2 as pb, attnserve_pb2_grpc as pbg
 from inference import grpc_service_pb2 as kpb, grpc_service_pb2_grpc as kpbg
-from service.config import BatcherConfig, Config, RepositoryConfig, ServerConfig
+from service.config import AnswerConfig, BatcherConfig, Config, RepositoryConfig, ServerConfig
 from tests import triton_calls
 from tests.live import add_version, copy_bundle, copy_model, serving
 
@@ -32,7 +32,7 @@ def repository(tiny_bundle, tmp_path_factory):
 async def server(repository):
     cfg = Config(model_repository=repository, default_model="tiny",
                  server=ServerConfig(host="127.0.0.1", port=0, metrics_port=-1, admin_without_token=True),
-                 batcher=BatcherConfig(max_batch_size=16, cache_entries=0))
+                 answering=AnswerConfig(cache_entries=0), batcher=BatcherConfig(max_batch_size=16))
     async with serving(cfg) as s:
         yield s
 
@@ -139,7 +139,7 @@ async def test_stock_tritonclient_lists_loads_and_unloads_models_while_another_i
                 in_flight = [asyncio.ensure_future(stub.Transduce(pb.TransduceRequest(inputs=["queued"] * 8,
                                                                                       model_name="late"), timeout=10))
                              for _ in range(4)]
-                late_batcher = server.repository.models["late"].batcher
+                late_batcher = server.repository.models["late"].answerer.batcher
                 for _ in range(500):  # until all 32 sources are admitted (queued or decoding)
                     if len(late_batcher._pending) >= 32:
                         break
@@ -180,7 +180,7 @@ async def test_loading_and_unloading_are_closed_without_a_token_or_the_flag(repo
 async def test_a_model_is_never_queued_behind_another_models_backlog(server):
     """Each model has its own queue and engine thread: with model tiny's queue deep, a call to
     model other is answered while tiny's backlog is still there."""
-    tiny_queue = server.repository.models["tiny"].batcher.metrics.queue_depth
+    tiny_queue = server.repository.models["tiny"].answerer.batcher.metrics.queue_depth
     async with grpc.aio.insecure_channel(f"127.0.0.1:{server.port}") as channel:
         stub = pbg.TransducerStub(channel)
         words = ["internationalization", "characteristically", "photosynthesis", "counterproductive"] * 4

@@ -11,8 +11,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from prometheus_client.parser import text_string_to_metric_families
 
 from attnserve.v1 import attnserve_pb2 as pb, attnserve_pb2_grpc as pbg
-from service.engine.bundle import BundleError
-from service.config import BatcherConfig, Config, ServerConfig
+from service.domain import BundleError
+from service.config import AnswerConfig, BatcherConfig, Config, ServerConfig
 from service.server import build_server
 from service.transport.servicer import SERVICE_NAME
 from tests.live import serving
@@ -25,7 +25,7 @@ def config(model_dir, mode="continuous", **server):
     return Config(model_dir=model_dir,
                   server=ServerConfig(host="127.0.0.1", port=0, metrics_port=0, max_inputs_per_request=8,
                                       max_input_len=20, **server),
-                  batcher=BatcherConfig(mode=mode, max_batch_size=32, max_wait_ms=20, cache_entries=0))
+                  answering=AnswerConfig(cache_entries=0), batcher=BatcherConfig(mode=mode, max_batch_size=32, max_wait_ms=20))
 
 
 @pytest_asyncio.fixture(loop_scope="session", scope="module", params=["continuous", "request"])

@@ -12,8 +12,8 @@ import pytest
 
 from attnserve.v1 import attnserve_pb2 as pb, attnserve_pb2_grpc as pbg
 from service.engine.bundle import load_bundle
-from service.config import BatcherConfig, Config, ServerConfig
-from service.engine.engine import Engine, EngineConfig
+from service.config import BatcherConfig, Config, EngineConfig, ServerConfig
+from service.engine.engine import Engine
 from service.server import build_server
 from training import train
 from training.export import build_bundle, parity_ok
@@ -122,7 +122,7 @@ async def test_variant_trains_exports_with_parity_and_serves(name, small_corpus,
 
 def test_api_edge_attention_modes_and_models_without_attention():
     from service.transport import convert
-    from service.engine.engine import Decoded
+    from service.domain import BadRequest, Decoded
 
     limits = ServerConfig()
     raw = request(attention_mode=pb.ATTENTION_MODE_TOP_K, top_k=3).SerializeToString()
@@ -132,7 +132,7 @@ def test_api_edge_attention_modes_and_models_without_attention():
     for options, message in [(dict(top_k=2), "options.top_k is for attention_mode 'topk' only"),
                              (dict(attention_mode=pb.ATTENTION_MODE_TOP_K), "options.top_k must be in 1..64"),
                              (dict(attention_mode=7), "options.attention_mode must be one of")]:
-        with pytest.raises(convert.BadRequest, match=message):
+        with pytest.raises(BadRequest, match=message):
             convert.parse_transduce(request(**options).SerializeToString(), limits)
     d = Decoded(src_tokens=list("ab"), output_ids=[5], output_tokens=["X"], score=-1.0, attn=None, finished=True)
     assert d.steps == 2 and not convert.to_result([d], " ", return_attention=True).HasField("attention")

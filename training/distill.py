@@ -48,7 +48,7 @@ def load_train_targets(path: Path, src_tokens: str, tgt_tokens: str,
 
 def labelled(engine, sources: list[tuple[str, ...]], src_tokens: str, beam_size: int) -> list[str]:
     """TSV lines `source<TAB>teacher output` for each source the teacher maps to something."""
-    from service.engine.engine import DecodeOptions
+    from service.domain import DecodeOptions
 
     hyps = engine_hyps(engine, sources, DecodeOptions(beam_size=beam_size))
     return [f"{source_text(s, src_tokens)}\t{engine.tgt_joiner.join(hyps[s])}" for s in sources if hyps[s]]
@@ -85,7 +85,8 @@ def main(argv=None):
     args = p.parse_args(argv)
     started = time.perf_counter()
     from service.engine.bundle import load_bundle
-    from service.engine.engine import Engine, EngineConfig
+    from service.config import EngineConfig
+    from service.engine.engine import Engine
 
     bundle = load_bundle(args.bundle)
     data = bundle.manifest["data"]

@@ -59,7 +59,7 @@ def engine_hyps(engine, sources, options=None, batch_size: int = 256) -> dict[tu
     """The best output of every source through the ONNX engine, in-process, in batches sorted by
     length: the one in-process evaluation loop (export, quantize, report and --bundle use it)."""
     from service.engine.beam import beam_search
-    from service.engine.engine import DecodeOptions
+    from service.domain import DecodeOptions
 
     options = options or DecodeOptions()
     hyps = {}
@@ -86,7 +86,9 @@ def hyps_from_bundle(path: str, sources: list, batch: int, beam_size: int, alpha
     """The bundle's best outputs of token sequences or, with texts, of raw spellings (keyed by the
     spelling, read as the server reads one: normalized, then tokenized)."""
     from service.engine.bundle import load_bundle
-    from service.engine.engine import DecodeOptions, Engine, EngineConfig
+    from service.config import EngineConfig
+    from service.domain import DecodeOptions
+    from service.engine.engine import Engine
 
     engine = Engine(load_bundle(path), EngineConfig(intra_op_threads=0, precision=precision))
     options = DecodeOptions(beam_size=beam_size, length_penalty_alpha=alpha)

@@ -249,7 +249,8 @@ def build_bundle(checkpoint: Path | list[Path], out: Path, name: str, version: s
     import onnxruntime
 
     from service.engine.bundle import load_bundle, write_manifest
-    from service.engine.engine import Engine, EngineConfig
+    from service.config import EngineConfig
+    from service.engine.engine import Engine
 
     model, ckpt = load_models(checkpoint if isinstance(checkpoint, list) else [checkpoint])
     data = ckpt["data"]

@@ -1,5 +1,5 @@
 """A bundle's lexicon: every pair of its corpus (all splits, every pronunciation), so that the
-server answers a dictionary word as the dictionary says (service/scheduling/lexicon.py). A corpus
+server answers a dictionary word as the dictionary says (service/answering/lexicon.py). A corpus
 of given splits (a shared task's) lends its train and dev files only: its test words stay unseen,
 so that the task's test set scores the model even when the lexicon answers.
 

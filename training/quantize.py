@@ -20,7 +20,8 @@ import onnx
 from onnxruntime.quantization import QuantType, quantize_dynamic
 
 from service.engine.bundle import load_bundle, write_manifest
-from service.engine.engine import Engine, EngineConfig
+from service.config import EngineConfig
+from service.engine.engine import Engine
 from training.data import references
 from training.evaluate import evaluate_engine, load_splits
 

@@ -73,7 +73,8 @@ def by_length(hyps: dict, refs: dict) -> dict[str, dict]:
 
 def measure(bundle, test_refs: dict) -> tuple:
     """Greedy test-split score of a loaded bundle through the ONNX engine, and WER/PER by source length."""
-    from service.engine.engine import Engine, EngineConfig
+    from service.config import EngineConfig
+    from service.engine.engine import Engine
 
     engine = Engine(bundle, EngineConfig(intra_op_threads=0, max_output_len=40))
     hyps = engine_hyps(engine, list(test_refs))
@@ -119,7 +120,9 @@ def run_variant(name: str, flags: dict, args, splits, desc, test_refs) -> dict:
 def hard_attention_rows(best: dict, test_refs: dict) -> list[dict]:
     """The best attention model decoded soft (as trained), hard and top-2 at inference."""
     from service.engine.bundle import load_bundle
-    from service.engine.engine import DecodeOptions, Engine, EngineConfig
+    from service.config import EngineConfig
+    from service.domain import DecodeOptions
+    from service.engine.engine import Engine
 
     engine = Engine(load_bundle(Path(best["bundle"])), EngineConfig(intra_op_threads=0, max_output_len=40))
     rows = []
@@ -132,7 +135,8 @@ def hard_attention_rows(best: dict, test_refs: dict) -> list[dict]:
 
 def shipped_row(model_dir: Path, test_refs: dict) -> dict | None:
     """The shipped bundle, trained with its own (longer) budget, measured the same way as the variants."""
-    from service.engine.bundle import BundleError, load_bundle
+    from service.domain import BundleError
+    from service.engine.bundle import load_bundle
 
     try:
         bundle = load_bundle(model_dir)
@@ -157,7 +161,8 @@ def g2p_en_row(test_refs: dict) -> dict:
 
 def plot_heatmaps(bundle_dir: str, name: str, path: Path) -> None:
     from service.engine.bundle import load_bundle
-    from service.engine.engine import Engine, EngineConfig
+    from service.config import EngineConfig
+    from service.engine.engine import Engine
 
     engine = Engine(load_bundle(Path(bundle_dir)), EngineConfig(intra_op_threads=0))
     decoded = engine.decode([list(w) for w in HEATMAP_WORDS])

@@ -1,28 +1,42 @@
-"""What a call is answered with, before the queue: the response cache, the lexicon and the
-overrides (forced through the model), inputs of several words, and scoring of given outputs.
+"""Answering: what a call is answered with before the model, and what it asks of the model.
 
-A mixin of Batcher (batcher.py), which owns the queue, the engine thread and `_submit`; split off
-so that each file reads on its own. Knows nothing of gRPC.
+The stage between the transport and the scheduler. For each input, in order: tokenized and
+checked against the model's alphabet; split into words when the model cannot read its
+separators (compound.py); then each source from the response cache (cache.py), else the
+overrides and the lexicon (lexicon.py: a given pronunciation, forced through the model for its
+score and attention), else decoded by the model. What reaches the model goes through the
+batcher it holds (service/scheduling/batcher.py). Scoring given outputs comes through here too.
+
+One Answerer per served model version, holding that version's engine (for its tokenizer and
+alphabet) and batcher. Knows nothing of gRPC.
 """
 from __future__ import annotations
 
 from dataclasses import replace
 
-from service.engine.engine import GREEDY, Decoded, DecodeOptions
-from service.scheduling.cache import ResponseCache
-from service.scheduling.compound import SEPARATORS, join_words, split_words
+from service.answering.cache import ResponseCache
+from service.answering.compound import SEPARATORS, join_words, split_words
+from service.answering.lexicon import Lexicon
+from service.config import AnswerConfig
+from service.domain import GREEDY, Decoded, DecodeOptions, InvalidInput, NotReady
+from service.engine.engine import Engine
+from service.metrics import ModelMetrics
+from service.scheduling.batcher import Batcher
 
 
-class InvalidInput(ValueError):
-    """An input the model cannot take (e.g. empty after tokenization)."""
-
-
-class NotReady(RuntimeError):
-    """The batch loop is not running (starting up or shutting down)."""
-
-
-class Answers:
-    """Needs engine, cfg, metrics, lexicon, cache, _task and _submit (Batcher's)."""
+class Answerer:
+    def __init__(self, engine: Engine, batcher: Batcher, cfg: AnswerConfig, metrics: ModelMetrics,
+                 lexicon: Lexicon | None = None):
+        self.engine = engine
+        self.batcher = batcher
+        self.cfg = cfg
+        self.metrics = metrics
+        self.lexicon = lexicon or Lexicon()  # replaced whole when the overrides change
+        self.cache = ResponseCache(cfg.cache_entries, metrics)
+        # What the transport shows of the model: how its output symbols join into a string, and the
+        # precision it is served in.
+        self.tgt_joiner = engine.tgt_joiner
+        self.precision = engine.precision
 
     async def transduce(self, texts: list[str], options: DecodeOptions = GREEDY,
                         deadline_s: float | None = None) -> list[list[Decoded]]:
@@ -31,9 +45,9 @@ class Answers:
         A text the lexicon (or the overrides) has comes back as its pronunciations, as many as
         n_best asks, each forced through the model for its score and attention (origin set); a
         text of several words the model cannot separate itself is answered word by word and
-        joined (service/scheduling/compound.py). Raises Overloaded at once when the call cannot be
-        answered within its deadline (time.perf_counter() clock) or the queue's time bound.
-        Cancelling the caller drops its sources from the queue and the running batch.
+        joined (compound.py). Raises the batcher's Overloaded at once when the call cannot be answered
+        within its deadline (time.perf_counter() clock) or the queue's time bound; cancelling the
+        caller drops its sources from the queue and the running batch.
         """
         words = [self._words(t) for t in texts]  # None: not several words
         sources = self._sources(texts, options, words)
@@ -65,7 +79,7 @@ class Answers:
             else:
                 work += [(i, target, found[0]) for target in found[1][:options.n_best]]
         if work:
-            results = await self._submit([(sources[i], target) for i, target, _ in work], options, deadline_s)
+            results = await self.batcher.submit([(sources[i], target) for i, target, _ in work], options, deadline_s)
             for (i, target, origin), hyps in zip(work, results):
                 out[i] += hyps if target is None else [replace(hyps[0], origin=origin)]
             for i in sorted({i for i, _, _ in work}):
@@ -97,7 +111,7 @@ class Answers:
                 targets.append(self.engine.target_ids(tokens))
             except ValueError as e:
                 raise InvalidInput(f"candidate {i} ({text!r}): {e}") from None
-        results = await self._submit(list(zip(sources, targets)), options, deadline_s)
+        results = await self.batcher.submit(list(zip(sources, targets)), options, deadline_s)
         return [hyps[0] for hyps in results]
 
     def _words(self, text: str) -> list[str] | None:
@@ -108,7 +122,7 @@ class Answers:
     def _sources(self, texts: list[str], options: DecodeOptions, words: list[list[str]] | None = None) -> list[list[str]]:
         """Tokenize and check: ready, attention mode, not empty, every symbol in the alphabet (but a
         compound input's separators) unless options.allow_unknown."""
-        if self._task is None:
+        if not self.batcher.running:
             raise NotReady("model is not loaded yet")
         if options.attention_mode != "soft" and options.attention_mode not in self.engine.attention_modes:
             raise InvalidInput(f"options.attention_mode {options.attention_mode!r} is not available for this "

@@ -1,15 +1,15 @@
 """A response cache: a model version's answers by input, least recently used out first.
 
 Running text repeats its words (the, of, and, ... are a third of English tokens), and a word's
-answer is the same every time for one model version, overrides and options. A batcher holds one
-cache, so a new version starts empty; the overrides changing empties it (Batcher.set_overrides).
+answer is the same every time for one model version, overrides and options. An answerer holds one
+cache, so a new version starts empty; the overrides changing empties it (Answerer.set_overrides).
 Only the event loop touches it: no lock.
 """
 from __future__ import annotations
 
 from collections import OrderedDict
 
-from service.engine.engine import Decoded, DecodeOptions
+from service.domain import Decoded, DecodeOptions
 
 Key = tuple[tuple[str, ...], DecodeOptions]
 

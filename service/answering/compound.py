@@ -16,7 +16,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from service.engine.engine import Decoded
+from service.domain import Decoded
 
 SEPARATORS = re.compile(r"[\s\-]+")
 

@@ -1,7 +1,7 @@
 """The dictionary first: a bundle's lexicon and a model's overrides, looked up before the model.
 
 A lexicon maps a source (tokenized as the model tokenizes it) to one or more targets in the
-model's own output ids. The batcher looks every input up: a hit becomes teacher-forced work
+model's own output ids. The answerer (answerer.py) looks every input up: a hit becomes teacher-forced work
 (service/engine/forced.py) whose results carry the model's score and attention of the given
 output, so a dictionary word still comes back with its letter <-> phoneme alignment.
 
@@ -15,11 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-LEXICON, OVERRIDE = "LEXICON", "OVERRIDE"
-
-
-class LexiconError(ValueError):
-    """A lexicon or overrides file that cannot be used; names the file and line."""
+from service.domain import LEXICON, OVERRIDE, LexiconError
 
 
 @dataclass(frozen=True)

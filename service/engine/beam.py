@@ -16,7 +16,8 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from service.engine.engine import Decoded, DecodeOptions, Engine
+from service.domain import Decoded, DecodeOptions
+from service.engine.engine import Engine
 
 NEG_INF = -np.inf
 

@@ -10,20 +10,10 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from service.domain import BundleError, VersionNotFound
+
 MANIFEST = "manifest.json"
 FORMAT_VERSION = 1
-
-
-class BundleError(Exception):
-    """The bundle is missing, malformed or does not match its manifest.
-
-    `reason` says what is wrong without naming where on the server (what a client may be told);
-    the message adds the path (what the log says).
-    """
-
-    def __init__(self, where: Path | str, reason: str):
-        super().__init__(f"{where}: {reason}")
-        self.reason = reason
 
 
 def sha256_file(path: Path) -> str:
@@ -53,10 +43,6 @@ class Bundle:
             raise BundleError(self.path, f"no {role!r} graph in the manifest (has {sorted(graphs)}); "
                               f"int8 graphs come from `make quantize`")
         return self.path / graphs[role]
-
-
-class VersionNotFound(BundleError):
-    """A version asked for (pinned or by the admin RPC) has no directory."""
 
 
 def is_version(name: str) -> bool:

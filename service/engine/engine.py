@@ -22,106 +22,12 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
+from service.config import EngineConfig
+from service.domain import Decoded
 from service.engine.bundle import Bundle
 from service.engine.loop_graph import build_greedy_loop
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class EngineConfig:
-    # The process's onnxruntime intra-op pool (0 = one thread per physical core). 1 on purpose: the
-    # gRPC transport needs a core of its own (about 0.3 ms of CPU per call here). With 2 threads on
-    # 2 cores the engine and the transport fight past capacity and the event loop falls behind the
-    # arrivals. `make overload` (one run): goodput at 3x capacity 0.99 of capacity with 1 thread,
-    # 0.12 with 2; but 2 threads had 63% more closed-loop capacity (799 vs 489 calls/s).
-    # --intra-op-threads 2 chooses that (README, Overload).
-    intra_op_threads: int = 1
-    max_output_len: int = 40  # hard cap on decoder steps per sequence
-    # fp32 | int8 (the bundle's dynamically quantized graphs, `make quantize`) | auto: int8 when the
-    # bundle has it and its test WER is within INT8_WER_TOLERANCE of fp32's, else fp32
-    precision: str = "auto"
-    # How decode() (request-level batching) runs greedy steps: "onnx" in one call to an ONNX Loop
-    # around the decoder-step graph (service/engine/loop_graph.py), "python" one call per step.
-    greedy_loop: str = "onnx"
-
-    def __post_init__(self):
-        if self.precision not in ("auto", "fp32", "int8"):
-            raise ValueError(f"precision must be 'auto', 'fp32' or 'int8', got {self.precision!r}")
-        if self.greedy_loop not in ("onnx", "python"):
-            raise ValueError(f"greedy_loop must be 'onnx' or 'python', got {self.greedy_loop!r}")
-        if self.intra_op_threads < 0:
-            raise ValueError(f"intra_op_threads must be >= 0 (0 = onnxruntime default), got {self.intra_op_threads}")
-        if self.max_output_len < 1:
-            raise ValueError(f"max_output_len must be >= 1, got {self.max_output_len}")
-
-
-MAX_BEAM_SIZE = 16
-ATTENTION_MODES = ("soft", "hard", "topk")
-MAX_TOP_K = 64
-
-
-@dataclass(frozen=True)
-class DecodeOptions:
-    """Per-request decoding options (validated at the edge, checked again here)."""
-
-    max_output_len: int = 0  # 0 = the engine's cap
-    beam_size: int = 1  # 1 = greedy
-    n_best: int = 1
-    length_penalty_alpha: float = 0.0  # beam ranking: log_prob / length ** alpha
-    # Attention at inference, for a model trained with soft attention: soft (as trained), hard
-    # (one-hot on the argmax) or topk (the top_k largest weights, renormalised). See Engine.
-    attention_mode: str = "soft"
-    top_k: int = 0  # attention_mode "topk" only
-    bypass_lexicon: bool = False  # decode with the model even where the lexicon has the input
-    allow_unknown: bool = False  # decode symbols outside the alphabet as <unk> (flagged) instead of refusing
-
-    def __post_init__(self):
-        if self.max_output_len < 0:
-            raise ValueError(f"max_output_len must be >= 0, got {self.max_output_len}")
-        if not 1 <= self.beam_size <= MAX_BEAM_SIZE:
-            raise ValueError(f"beam_size must be in 1..{MAX_BEAM_SIZE}, got {self.beam_size}")
-        if not 1 <= self.n_best <= self.beam_size:
-            raise ValueError(f"n_best must be in 1..beam_size ({self.beam_size}), got {self.n_best}")
-        if not 0.0 <= self.length_penalty_alpha <= 4.0:  # also rejects NaN
-            raise ValueError(f"length_penalty_alpha must be in [0, 4], got {self.length_penalty_alpha}")
-        if self.attention_mode not in ATTENTION_MODES:
-            raise ValueError(f"attention_mode must be one of {ATTENTION_MODES}, got {self.attention_mode!r}")
-        if self.attention_mode == "topk" and not 1 <= self.top_k <= MAX_TOP_K:
-            raise ValueError(f"top_k must be in 1..{MAX_TOP_K} for attention_mode 'topk', got {self.top_k}")
-        if self.attention_mode != "topk" and self.top_k:
-            raise ValueError(f"top_k is for attention_mode 'topk' only, got {self.top_k} "
-                             f"with attention_mode {self.attention_mode!r}")
-
-    @property
-    def attention_top_k(self) -> int:
-        """The decoder graph's `top_k` input for this mode: 0 soft, 1 hard, k top-k."""
-        return {"soft": 0, "hard": 1}.get(self.attention_mode, self.top_k)
-
-
-GREEDY = DecodeOptions()
-
-
-@dataclass(frozen=True)
-class Decoded:
-    """One decoded source. `attn` has a row per decoder step, `</s>` included when emitted."""
-
-    src_tokens: list[str]  # the source as the model saw it (unknown symbols kept as typed)
-    output_ids: list[int]  # without </s>
-    output_tokens: list[str]
-    score: float  # log-probability of the output, </s> included
-    attn: np.ndarray | None  # (T, S) float32; None for a model without attention
-    finished: bool  # emitted </s> before the length limit
-    rank_score: float | None = None  # beam search: the length-normalised score it was ranked by
-    self_attn: np.ndarray | None = None  # (heads, S, S) the encoder's self-attention, when the model has it
-    token_log_probs: list[float] | None = None  # teacher forcing: log p of each output token, </s> last
-    origin: str = "MODEL"  # MODEL (decoded), LEXICON or OVERRIDE (a given pronunciation, forced through)
-    unknown_positions: tuple[int, ...] = ()  # source positions outside the alphabet (allow_unknown)
-
-    @property
-    def steps(self) -> int:
-        """Decoder steps taken: the outputs, and </s> when emitted (= attention rows)."""
-        return len(self.output_ids) + int(self.finished)
 
 
 @dataclass
@@ -404,6 +310,3 @@ class Engine:
                        attn=None if attn is None else np.ascontiguousarray(attn[:steps, :S], dtype=np.float32),
                        finished=finished,
                        self_attn=None if self_attn is None else np.ascontiguousarray(self_attn[:, :S, :S]))
-
-    def join(self, tokens: list[str]) -> str:
-        return self.tgt_joiner.join(tokens)

@@ -13,7 +13,8 @@ from dataclasses import replace
 
 import numpy as np
 
-from service.engine.engine import Decoded, Engine
+from service.domain import Decoded
+from service.engine.engine import Engine
 
 
 def force(engine: Engine, sources: list[list[str]], targets: list[list[int]],

@@ -1,2 +1,2 @@
 """The model repository: every served model by name, each with its manager (versions, hot reload,
-its own batcher and engine)."""
+its own answerer, batcher and engine)."""

@@ -1,14 +1,16 @@
 """One served model and its hot reload, from a model directory `models/<name>/<version>/`.
 
+A version is served by three parts built here: its engine (the bundle's graphs), its batcher
+(queue and batches) and its answerer (lexicon, overrides, cache; it holds the batcher).
 A reload never drops a request: the new version's bundle is verified, its engine
 built and warmed and its batcher started off to the side while the old one keeps
-serving; then the servicers are pointed at the new batcher in one step on the event
-loop (a call picks its batcher and enqueues without an await in between, so each call
+serving; then the servicers are pointed at the new answerer in one step on the event
+loop (a call picks its answerer and enqueues without an await in between, so each call
 lands wholly on one version), and the old batcher drains what it had admitted before
 it stops. A bundle that fails verification or will not load is refused and the
 current version keeps serving.
 
-Knows nothing of gRPC: the servicers find the current batcher and bundle through the
+Knows nothing of gRPC: the servicers find the current answerer and bundle through the
 repository (service/repository/repository.py), which holds one ModelManager per model.
 """
 from __future__ import annotations
@@ -18,12 +20,14 @@ import logging
 import time
 from pathlib import Path
 
-from service.scheduling.batcher import Batcher, make_batcher
-from service.scheduling.lexicon import Lexicon, LexiconError, read_tsv
-from service.engine.bundle import MANIFEST, Bundle, BundleError, load_bundle, resolve
-from service.config import Config
-from service.engine.engine import Engine, EngineConfig
+from service.answering.answerer import Answerer
+from service.answering.lexicon import Lexicon, read_tsv
+from service.config import Config, EngineConfig
+from service.domain import BundleError, LexiconError
+from service.engine.bundle import MANIFEST, Bundle, load_bundle, resolve
+from service.engine.engine import Engine
 from service.metrics import ModelMetrics
+from service.scheduling.batcher import make_batcher
 from service.tasks import cancel_and_wait
 
 log = logging.getLogger("attnserve")
@@ -77,7 +81,7 @@ class ModelManager:
         self.model_dir = Path(model_dir)
         self.cfg = cfg
         self.metrics = metrics
-        self.batcher: Batcher | None = None
+        self.answerer: Answerer | None = None  # the current version's (it holds its batcher)
         self.bundle: Bundle | None = None
         self._lock = asyncio.Lock()  # one load at a time
         self._poller: asyncio.Task | None = None
@@ -122,17 +126,18 @@ class ModelManager:
             log.error("%s: onnxruntime cannot load or run its graphs: %s: %s", bundle.path, type(e).__name__, e)
             raise BundleError(bundle.path, "cannot load or run its ONNX graphs, refusing it") from e
         lexicon = await loop.run_in_executor(None, read_lexicon, bundle, engine)
-        overrides = self.batcher.lexicon.overrides if self.batcher is not None else {}
+        overrides = self.answerer.lexicon.overrides if self.answerer is not None else {}
         stamp = _mtime(self.overrides_path)
         try:
             overrides = await loop.run_in_executor(None, read_overrides, self.overrides_path, engine)
             self._overrides_taken(overrides, stamp)
         except LexiconError as e:
             self._overrides_refused(e, stamp)
-        batcher = make_batcher(engine, self.cfg.batcher, self.metrics, lexicon.with_overrides(overrides))
+        batcher = make_batcher(engine, self.cfg.batcher, self.metrics)
         batcher.start()
-        old = self.batcher
-        self.batcher, self.bundle = batcher, bundle  # the swap: new calls go to the new version from here on
+        answerer = Answerer(engine, batcher, self.cfg.answering, self.metrics, lexicon.with_overrides(overrides))
+        old = self.answerer.batcher if self.answerer is not None else None
+        self.answerer, self.bundle = answerer, bundle  # the swap: new calls go to the new version from here on
         self.metrics.model_load_seconds.set(time.perf_counter() - started)
         self.metrics.model_info.labels(bundle.name, bundle.version).set(1)
         for precision in ("fp32", "int8"):  # one series at 1: the precision served now
@@ -155,16 +160,16 @@ class ModelManager:
 
     async def refresh_overrides(self) -> None:
         """Re-read the overrides file if it changed; a bad one is refused and the previous stay."""
-        batcher, stamp = self.batcher, _mtime(self.overrides_path)
-        if batcher is None or stamp == self._overrides_seen:
+        answerer, stamp = self.answerer, _mtime(self.overrides_path)
+        if answerer is None or stamp == self._overrides_seen:
             return
         try:
-            overrides = await asyncio.to_thread(read_overrides, self.overrides_path, batcher.engine)
+            overrides = await asyncio.to_thread(read_overrides, self.overrides_path, answerer.engine)
         except LexiconError as e:
             self._overrides_refused(e, stamp)
             return
         # One step on the event loop: a call sees the old overrides or the new, whole.
-        batcher.set_overrides(overrides)
+        answerer.set_overrides(overrides)
         self._overrides_taken(overrides, stamp)
         log.info("%s: overrides %s in force (%d sources)", self.name, self.overrides_path, len(overrides))
 
@@ -218,5 +223,5 @@ class ModelManager:
         await cancel_and_wait(self._poller)
         await cancel_and_wait(self._overrides_poller)
         self._poller = self._overrides_poller = None
-        if self.batcher is not None:
-            await self.batcher.stop()
+        if self.answerer is not None:
+            await self.answerer.batcher.stop()

@@ -5,12 +5,12 @@
       g2p-en-stress/1/ ...
 
 A model's name is its directory's name (its manifest must agree). Each model has its own
-ModelManager (service/repository/models.py): its own version state, hot reload, queue, batcher and
+ModelManager (service/repository/models.py): its own version state, hot reload, answerer, queue, batcher and
 limits; all of them share the process's one onnxruntime thread pool. A model that fails to
 load is recorded with its reason and logged, and never stops the others from serving.
 `--model-dir DIR` is the one-model shorthand: DIR is a model directory or a single bundle.
 
-Knows nothing of gRPC: the servicers ask it for a model's batcher and bundle.
+Knows nothing of gRPC: the servicers ask it for a model's answerer and bundle.
 """
 from __future__ import annotations
 
@@ -20,18 +20,15 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-from service.scheduling.batcher import Batcher, NotReady
-from service.engine.bundle import MANIFEST, Bundle, BundleError, is_version
+from service.answering.answerer import Answerer
 from service.config import Config
+from service.domain import BundleError, NotReady, UnknownModel
+from service.engine.bundle import MANIFEST, Bundle, is_version
 from service.metrics import Metrics
 from service.repository.models import ModelManager
 from service.tasks import cancel_and_wait
 
 log = logging.getLogger("attnserve")
-
-
-class UnknownModel(LookupError):
-    """No model of that name is served here (NOT_FOUND)."""
 
 
 @dataclass(frozen=True)
@@ -152,7 +149,7 @@ class ModelRepository:
             raise UnknownModel(f"model {name!r} is not loaded (loaded: {sorted(self.models)})")
         self.unloaded.add(name)
         await self._changed()
-        if manager.batcher is not None and not await manager.batcher.drain(self.cfg.server.grace_period_s):
+        if manager.answerer is not None and not await manager.answerer.batcher.drain(self.cfg.server.grace_period_s):
             log.warning("model %s did not drain within %.1f s; failing what is left", name,
                         self.cfg.server.grace_period_s)
         await manager.stop()
@@ -184,13 +181,13 @@ class ModelRepository:
             raise NotReady(f"model {key!r} is not loaded: {self.failed[key]}")
         raise UnknownModel(f"model {name!r} is not served here (serving {sorted(self.models)})")
 
-    def ready(self, name: str) -> tuple[Batcher, Bundle]:
-        """The batcher and bundle that serve `name` now (no await in between, so a call lands wholly
+    def ready(self, name: str) -> tuple[Answerer, Bundle]:
+        """The answerer and bundle that serve `name` now (no await in between, so a call lands wholly
         on one version). Raises UnknownModel or NotReady."""
         m = self.manager(name)
-        if m.batcher is None or m.bundle is None:
+        if m.answerer is None or m.bundle is None:
             raise NotReady(f"model {m.name!r} is still loading")
-        return m.batcher, m.bundle
+        return m.answerer, m.bundle
 
     def all_ready(self) -> bool:
         """Every model the server was asked to serve is loaded."""

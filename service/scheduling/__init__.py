@@ -1,2 +1,2 @@
-"""Scheduling: admission by deadline and the batcher that packs concurrent calls onto the engine.
+"""Scheduling: the bounded queue, admission by deadline and the forming of batches on the engine.
 Imports nothing from grpc or the generated protobuf modules."""

@@ -11,8 +11,9 @@ A request's sources go into one bounded queue, each with its own future. Two mod
   pass) and a sequence leaves the moment it emits </s> or reaches its length
   limit, so short outputs never wait for long ones.
 
-Knows nothing of gRPC: callers get results or the domain errors below. All
-numeric work runs in one worker thread; futures are resolved on the event loop.
+What happens to a batch once formed (greedy, beam, forced, the continuous step's sampling) is
+the engine's (service/engine/decoding.py). Knows nothing of gRPC: callers get results or the
+domain's errors. All numeric work runs in one worker thread; futures are resolved on the event loop.
 """
 from __future__ import annotations
 
@@ -23,27 +24,14 @@ from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-import numpy as np
-
-from service.scheduling.admission import ServiceRate, refusal
 from service.config import BatcherConfig
-from service.engine.beam import beam_search
-from service.engine.engine import Decoded, DecodeOptions, Engine, Running
-from service.engine.forced import force
-from service.scheduling.answers import Answers, InvalidInput, NotReady  # noqa: F401 (InvalidInput: the callers import it from here)
-from service.scheduling.cache import ResponseCache
-from service.scheduling.lexicon import Lexicon
-from service.scheduling import lengths
+from service.domain import DeadlineExpired, Decoded, DecodeOptions, NotReady, Overloaded
+from service.engine.decoding import StepBatch, Work, decode_whole
+from service.engine.engine import Engine
 from service.metrics import ModelMetrics
+from service.scheduling import lengths
+from service.scheduling.admission import ServiceRate, refusal
 from service.tasks import cancel_and_wait
-
-
-class Overloaded(RuntimeError):
-    """The queue is full; the caller should retry later."""
-
-
-class DeadlineExpired(TimeoutError):
-    """The caller's deadline passed while its source waited in the queue."""
 
 
 @dataclass
@@ -56,16 +44,14 @@ class _Item:
     target: list[int] | None = None  # teacher forcing (Score, the lexicon): the given output's ids
 
 
-class Batcher(Answers):
-    """The queue and the engine thread; what a call is answered with (cache, lexicon, several
-    words, scoring) is Answers' (service/scheduling/answers.py), which feeds _submit."""
+class Batcher:
+    """The queue and the engine thread (request-level batches). What a call is answered with
+    before the queue (cache, lexicon, several words) is the answering layer's, which calls submit()."""
 
-    def __init__(self, engine: Engine, cfg: BatcherConfig, metrics: ModelMetrics, lexicon: Lexicon | None = None):
+    def __init__(self, engine: Engine, cfg: BatcherConfig, metrics: ModelMetrics):
         self.engine = engine
         self.cfg = cfg
         self.metrics = metrics
-        self.lexicon = lexicon or Lexicon()  # replaced whole when the overrides change
-        self.cache = ResponseCache(cfg.cache_entries, metrics)
         self._queue: deque[_Item] = deque()
         self._arrived = asyncio.Event()
         self._task: asyncio.Task | None = None
@@ -80,6 +66,11 @@ class Batcher(Answers):
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run(), name="attnserve-batcher")
+
+    @property
+    def running(self) -> bool:
+        """Started and not stopped: sources submitted now will be decoded."""
+        return self._task is not None
 
     async def drain(self, timeout_s: float) -> bool:
         """Wait until every admitted source is resolved (or timeout_s); True when all were.
@@ -103,9 +94,12 @@ class Batcher(Answers):
         self.metrics.queue_depth.set(0)
         self._executor.shutdown(wait=True)
 
-    async def _submit(self, work: list[tuple[list[str], list[int] | None]], options: DecodeOptions,
-                      deadline_s: float | None) -> list[list[Decoded]]:
-        """Admit (source, forced target or None) items, queue them and wait for every one."""
+    async def submit(self, work: list[tuple[list[str], list[int] | None]], options: DecodeOptions,
+                     deadline_s: float | None) -> list[list[Decoded]]:
+        """Admit (source tokens, forced target ids or None) items, queue them and wait for every one:
+        per item its hypotheses, best first. Raises Overloaded at once when the call cannot be
+        answered within its deadline (time.perf_counter() clock) or the queue's time bound.
+        Cancelling the caller drops its sources from the queue and the running batch."""
         if len(self._queue) + len(work) > self.cfg.max_queue_size:
             self.metrics.admission_refusals.labels("queue_size").inc()
             raise Overloaded(f"queue is full ({len(self._queue)} of {self.cfg.max_queue_size} sources waiting)")
@@ -226,54 +220,16 @@ class Batcher(Answers):
         self._batch_s = 0.8 * self._batch_s + 0.2 * (end - started)
 
     def _decode_whole(self, batch: list[_Item]) -> list[list[Decoded]]:
-        """Worker thread: greedy items in one batch, beam items in one batch per option set."""
-        results: list[list[Decoded] | None] = [None] * len(batch)
-        forced = [i for i, it in enumerate(batch) if it.target is not None]
-        if forced:
-            scored = force(self.engine, [batch[i].tokens for i in forced], [batch[i].target for i in forced],
-                           [batch[i].options.attention_top_k for i in forced])
-            for i, d in zip(forced, scored):
-                results[i] = [d]
-        greedy = [i for i, it in enumerate(batch) if it.target is None and it.options.beam_size == 1]
-        if greedy:
-            decoded = self.engine.decode([batch[i].tokens for i in greedy],
-                                         [batch[i].options.max_output_len for i in greedy],
-                                         [batch[i].options.attention_top_k for i in greedy])
-            steps = max(d.steps for d in decoded)
-            self.metrics.decode_steps.inc(steps)
-            # Every row stays in a request-level batch until its last step, cancelled callers' too;
-            # its own steps end at its </s> (or its limit), the rest is spent waiting for the longest.
-            self.metrics.decode_row_steps.inc(steps * len(greedy))
-            self.metrics.decode_row_steps_useful.inc(sum(d.steps for d in decoded))
-            for i, d in zip(greedy, decoded):
-                results[i] = [d]
-        for i, hyps in self._beam([(i, it) for i, it in enumerate(batch)
-                                   if it.target is None and it.options.beam_size > 1]):
-            results[i] = hyps
-        for hyps in results:
-            self.metrics.generated_tokens.inc(len(hyps[0].output_ids))
+        """Worker thread: decode whole items (service/engine/decoding.py) and count what it spent."""
+        results, counts = decode_whole(self.engine, [Work(it.tokens, it.options, it.target) for it in batch])
+        self.metrics.decode_steps.inc(counts.steps)
+        # Every row stays in a request-level batch until its last step, cancelled callers' too;
+        # its own steps end at its </s> (or its limit), the rest is spent waiting for the longest.
+        self.metrics.decode_row_steps.inc(counts.row_steps)
+        self.metrics.decode_row_steps_useful.inc(counts.useful_row_steps)
+        self.metrics.generated_tokens.inc(counts.generated_tokens)
         self.metrics.inputs.inc(len(batch))
         return results
-
-    def _beam(self, indexed: list[tuple[int, _Item]]):
-        """Beam-search items grouped by their options; yields (index, hypotheses)."""
-        groups: dict[DecodeOptions, list[tuple[int, _Item]]] = {}
-        for i, it in indexed:
-            groups.setdefault(it.options, []).append((i, it))
-        for opts, members in groups.items():
-            hyps = beam_search(self.engine, [it.tokens for _, it in members], opts)
-            yield from zip((i for i, _ in members), hyps)
-
-
-@dataclass
-class _Seq:
-    """A source being decoded by the continuous batcher."""
-
-    item: _Item
-    limit: int
-    ids: list[int] = field(default_factory=list)
-    attn: list[np.ndarray] = field(default_factory=list)  # one (S,) row per step; none without attention
-    score: float = 0.0
 
 
 class ContinuousBatcher(Batcher):
@@ -303,49 +259,46 @@ class ContinuousBatcher(Batcher):
         await super().stop()
 
     def _step_forever(self) -> None:
-        running: Running | None = None
-        seqs: list[_Seq] = []  # row i of `running` is seqs[i]
+        batch = StepBatch(self.engine)  # its rows' keys are their _Items
         while not self._stopping:
-            if not seqs and not self._queue:
+            if not batch and not self._queue:
                 self._wake.wait()
                 self._wake.clear()
                 continue
-            joining = self._pop_live(self.cfg.max_batch_size - len(seqs)) if self._admit_now(seqs) else []
+            joining = self._pop_live(self.cfg.max_batch_size - len(batch)) if self._admit_now(batch) else []
             started = time.perf_counter()
-            beams = [it for it in joining if it.options.beam_size > 1 or it.target is not None]
-            if beams:  # beam search and teacher forcing run as their own batch between steps
+            whole = [it for it in joining if it.options.beam_size > 1 or it.target is not None]
+            if whole:  # beam search and teacher forcing run as their own batch between steps
                 joining = [it for it in joining if it.options.beam_size == 1 and it.target is None]
-                self._deliver(self._outcomes(beams, self._decode_whole))
-            # A cancelled caller's sequence leaves the batch before the next step.
-            keep = [i for i, q in enumerate(seqs) if not q.item.future.done()]
-            self._in_service = len(seqs) + len(joining)
+                self._deliver(self._outcomes(whole, self._decode_whole))
+            self._in_service = len(batch) + len(joining)
             try:
-                running, seqs, finished = self._step(running, seqs, keep, joining)
+                finished = self._step(batch, joining)
             except Exception as e:  # fail this batch's callers, keep the loop
-                self._deliver([(it, e) for it in [q.item for q in seqs] + joining])
-                running, seqs = None, []
+                self._deliver([(it, e) for it in batch.keys + joining])
+                batch.clear()
                 continue
             finally:
-                self._in_service = len(seqs)
-            self.rate.record(len(finished) + len(beams), time.perf_counter() - started, len(seqs) + len(finished))
+                self._in_service = len(batch)
+            self.rate.record(len(finished) + len(whole), time.perf_counter() - started, len(batch) + len(finished))
             # Rows whose caller left while this step ran: the one step that cannot be saved
-            # (they leave at the next `keep`). Reading a future's state from this thread is a benign race.
+            # (they leave at the next step). Reading a future's state from this thread is a benign race.
             self.metrics.decode_row_steps_after_cancel.inc(
-                sum(q.item.future.cancelled() for q in seqs) + sum(q.item.future.cancelled() for q, _ in finished))
+                sum(it.future.cancelled() for it in batch.keys) + sum(it.future.cancelled() for it, _ in finished))
             if finished:
-                self._deliver([(q.item, [result]) for q, result in finished])
-        self._deliver([(q.item, NotReady("server is shutting down")) for q in seqs])
+                self._deliver([(it, [result]) for it, result in finished])
+        self._deliver([(it, NotReady("server is shutting down")) for it in batch.keys])
 
-    def _admit_now(self, seqs: list[_Seq]) -> bool:
+    def _admit_now(self, batch: StepBatch) -> bool:
         """Whether queued sources join at this step: at once when nothing decodes, else when the
         oldest has waited max_join_wait_ms or enough wait to fill the batch (one encoder run for all)."""
-        if not seqs:
+        if not batch:
             return True
         try:
             oldest = self._queue[0].enqueued_s
         except IndexError:  # nothing queued
             return False
-        return (len(self._queue) >= self.cfg.max_batch_size - len(seqs)
+        return (len(self._queue) >= self.cfg.max_batch_size - len(batch)
                 or (time.perf_counter() - oldest) * 1000 >= self.cfg.max_join_wait_ms)
 
     @staticmethod
@@ -360,46 +313,24 @@ class ContinuousBatcher(Batcher):
         if outcomes:
             self._loop.call_soon_threadsafe(_resolve, outcomes)
 
-    def _step(self, running: Running | None, seqs: list[_Seq], keep: list[int], joining: list[_Item]):
-        """Worker thread: drop/admit rows, run one decoder step, retire finished rows."""
-        engine = self.engine
-        if running is not None and len(keep) < len(seqs):
-            running, seqs = running.select(np.array(keep, dtype=np.int64)), [seqs[i] for i in keep]
-        if joining:
-            new = engine.encode([it.tokens for it in joining], [it.options.attention_top_k for it in joining])
-            running = new if not seqs else Running.concat(running, new)
-            seqs = seqs + [_Seq(it, engine.limit(it.options.max_output_len)) for it in joining]
-        if not seqs:
-            return None, [], []
-        started = time.perf_counter()
-        log_probs, attn, running = engine.step(running)  # (B, V), (B, S) or None without attention
-        y = log_probs.argmax(axis=-1)  # (B,)
-        running.y_prev = y
-        self.metrics.batch_size.observe(len(seqs))
+    def _step(self, batch: StepBatch, joining: list[_Item]) -> list[tuple[_Item, Decoded]]:
+        """Worker thread: a cancelled caller's row leaves, the joining sources enter, one decoder step
+        runs; returns the rows that ended."""
+        batch.keep([i for i, it in enumerate(batch.keys) if not it.future.done()])
+        batch.join([(it, it.tokens, it.options) for it in joining])
+        if not batch:
+            return []
+        rows, started = len(batch), time.perf_counter()
+        finished = batch.step()
+        self.metrics.batch_size.observe(rows)
         self.metrics.batch_seconds.observe(time.perf_counter() - started)
         self.metrics.decode_steps.inc()
-        self.metrics.decode_row_steps.inc(len(seqs))
-        self.metrics.decode_row_steps_useful.inc(len(seqs))  # a row leaves at the step it ends
-        finished, keep = [], []
-        for i, q in enumerate(seqs):
-            token = int(y[i])
-            q.ids.append(token)
-            if attn is not None:
-                q.attn.append(attn[i])
-            q.score += float(log_probs[i, token])
-            if token == engine.eos_id or len(q.ids) >= q.limit:
-                S = len(q.item.tokens)
-                rows = np.stack([a[:S] for a in q.attn]) if q.attn else None
-                self_attn = None if running.self_attn is None else running.self_attn[i]
-                result = engine.result(q.item.tokens, q.ids, rows, q.score, self_attn)
-                finished.append((q, result))
-                self.metrics.generated_tokens.inc(len(result.output_ids))
-                self.metrics.inputs.inc()
-            else:
-                keep.append(i)
-        if finished:
-            running, seqs = running.select(np.array(keep, dtype=np.int64)), [seqs[i] for i in keep]
-        return running, seqs, finished
+        self.metrics.decode_row_steps.inc(rows)
+        self.metrics.decode_row_steps_useful.inc(rows)  # a row leaves at the step it ends
+        for _, result in finished:
+            self.metrics.generated_tokens.inc(len(result.output_ids))
+        self.metrics.inputs.inc(len(finished))
+        return finished
 
 
 def _resolve(outcomes: list[tuple[_Item, object]]) -> None:
@@ -412,5 +343,5 @@ def _resolve(outcomes: list[tuple[_Item, object]]) -> None:
             item.future.set_result(outcome)
 
 
-def make_batcher(engine: Engine, cfg: BatcherConfig, metrics: ModelMetrics, lexicon: Lexicon | None = None) -> Batcher:
-    return (ContinuousBatcher if cfg.mode == "continuous" else Batcher)(engine, cfg, metrics, lexicon)
+def make_batcher(engine: Engine, cfg: BatcherConfig, metrics: ModelMetrics) -> Batcher:
+    return (ContinuousBatcher if cfg.mode == "continuous" else Batcher)(engine, cfg, metrics)

@@ -1,7 +1,7 @@
-"""The edge: protobuf messages <-> domain values, and request validation.
+"""The edge of the native API: attnserve.v1 protobuf messages <-> domain values, and request validation.
 
-For attnserve.v1; the only other modules that touch generated protobuf code are the
-servicers (servicer.py, and kserve.py with its own conversion for the KServe v2 API).
+The Open Inference Protocol's edge is oip.py (both its bindings: kserve.py for gRPC, http.py for
+REST). Beside these two, only the servicers touch generated protobuf code.
 """
 from __future__ import annotations
 
@@ -12,17 +12,11 @@ from google.protobuf.message import DecodeError
 
 from attnserve.v1 import attnserve_pb2 as pb
 from service.config import ServerConfig
-from service.engine.engine import Decoded, DecodeOptions
-from service.repository.repository import UnknownModel
+from service.domain import BadRequest, Decoded, DecodeOptions, UnknownModel
 
 EOS_LABEL = "</s>"
 ATTENTION_MODE_OF = {pb.ATTENTION_MODE_SOFT: "soft", pb.ATTENTION_MODE_HARD: "hard", pb.ATTENTION_MODE_TOP_K: "topk"}
 ORIGIN_OF = {"MODEL": pb.ORIGIN_MODEL, "LEXICON": pb.ORIGIN_LEXICON, "OVERRIDE": pb.ORIGIN_OVERRIDE}
-
-
-class BadRequest(ValueError):
-    """Maps to INVALID_ARGUMENT; the message names the offending field."""
-
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ page, served by aiohttp in the server's own event loop.
     POST /v2/repository/index
     GET  /metrics         GET /  (the page, service/transport/web/)
 
-Inference goes through the same batcher as both gRPC services; what a call may ask and what comes
+Inference goes through the same answerer as both gRPC services; what a call may ask and what comes
 back is oip.py's, shared with the gRPC binding. JSON tensors, and Triton's binary tensor extension
 (`Inference-Header-Content-Length`), which tritonclient.http uses by default. Errors are
 `{"error": "..."}` with the status Triton gives: 400 bad input, 404 unknown model or version,
@@ -33,9 +33,10 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from service.config import ServerConfig
 from service.metrics import Metrics
-from service.repository.repository import ModelRepository, UnknownModel
+from service.domain import BadRequest, UnknownModel
+from service.repository.repository import ModelRepository
 from service.transport import oip
-from service.transport.convert import BadRequest, check_version
+from service.transport.convert import check_version
 from service.transport.kserve import PLATFORM, server_version
 from service.transport.servicer import begin, record, status_of
 
@@ -213,12 +214,12 @@ class HttpFront:
 
     def _model(self, request: web.Request, model: list[str]):
         name, version = request.match_info["name"], request.match_info.get("version", "")
-        batcher, bundle = self.repository.ready(name) if name else (None, None)
+        answerer, bundle = self.repository.ready(name) if name else (None, None)
         if bundle is None:
             raise UnknownModel("the model name is empty")
         model[0] = bundle.name
         check_version(version, bundle.name, bundle.version)
-        return batcher, bundle
+        return answerer, bundle
 
     async def live(self, request):
         return web.json_response({"live": True})
@@ -232,10 +233,10 @@ class HttpFront:
 
     async def model_metadata(self, request):
         async def work():
-            batcher, bundle = self._model(request, model)
+            answerer, bundle = self._model(request, model)
             return web.json_response({
                 "name": bundle.name, "versions": [bundle.version], "platform": PLATFORM,
-                "parameters": {"precision": batcher.engine.precision},
+                "parameters": {"precision": answerer.precision},
                 "inputs": [{"name": oip.INPUT, "datatype": "BYTES", "shape": [-1]}],
                 "outputs": [{"name": n, "datatype": dt, "shape": s} for n, (dt, s) in oip.outputs_of(bundle).items()]})
         model = [""]
@@ -250,15 +251,15 @@ class HttpFront:
 
     async def infer(self, request: web.Request):
         async def work():
-            batcher, bundle = self._model(request, model)
+            answerer, bundle = self._model(request, model)
             body, binary = await _read_body(request)
             call, binary_out, params = parse_infer(body, binary, self.cfg, bundle)
             timeout_us = params.get("timeout")
             if timeout_us is not None and (type(timeout_us) is not int or timeout_us <= 0):
                 raise BadRequest(f"parameter timeout must be a positive int (microseconds), got {timeout_us!r}")
             deadline_s = None if timeout_us is None else time.perf_counter() + timeout_us / 1e6
-            hyps = await oip.run(batcher, call, deadline_s)
-            return infer_response(call, hyps, batcher.engine.tgt_joiner, bundle, body.get("id"), binary_out)
+            hyps = await oip.run(answerer, call, deadline_s)
+            return infer_response(call, hyps, answerer.tgt_joiner, bundle, body.get("id"), binary_out)
         model = [""]
         return await self._answer("ModelInfer", work(), model)
 

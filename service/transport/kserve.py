@@ -2,7 +2,7 @@
 
 An edge module like servicer.py and convert.py: it parses `inference.*` messages into plain
 values, which oip.py checks (the model as both of the protocol's bindings show it: inputs,
-outputs, parameters), sends the texts through the same batcher (so KServe and native requests
+outputs, parameters), sends the texts through the same answerer (so KServe and native requests
 share engine batches) and builds the response tensors.
 
 Triton's ModelConfig says the same (max_batch_size 0: TEXT's one dimension is the batch), so that
@@ -13,11 +13,10 @@ from __future__ import annotations
 from importlib.metadata import PackageNotFoundError, version
 
 from inference import grpc_service_pb2 as pb
+from service.domain import BadRequest, Decoded, UnknownModel
 from service.engine.bundle import Bundle
-from service.repository.repository import UnknownModel
 from service.transport import oip
-from service.transport.convert import BadRequest, check_version
-from service.engine.engine import Decoded
+from service.transport.convert import check_version
 from service.transport.oip import INPUT, InferCall, raw_of, split_bytes_tensor
 from service.transport.servicer import ModelServicer, Served, deadline_of, observe
 
@@ -183,14 +182,14 @@ class KServeServicer(ModelServicer):
         """The Open Inference Protocol names the model in every model call."""
         if not name:
             raise UnknownModel("the model name is empty: the Open Inference Protocol names the model of every call")
-        batcher, bundle = self._ready(name, served)
+        answerer, bundle = self._ready(name, served)
         check_version(version, bundle.name, bundle.version)
-        return batcher, bundle
+        return answerer, bundle
 
     async def _infer(self, request: pb.ModelInferRequest, deadline_s: float | None,
                      served: Served) -> pb.ModelInferResponse:
-        batcher, bundle = self._named(request.model_name, request.model_version, served)
+        answerer, bundle = self._named(request.model_name, request.model_version, served)
         call = parse_infer(request, self.limits, bundle)
-        hyps = await oip.run(batcher, call, deadline_s)
-        return to_infer_response(request, call, hyps, batcher.engine.tgt_joiner, bundle)
+        hyps = await oip.run(answerer, call, deadline_s)
+        return to_infer_response(request, call, hyps, answerer.tgt_joiner, bundle)
 

@@ -30,9 +30,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from service.config import ServerConfig
+from service.domain import BadRequest, Decoded, DecodeOptions
 from service.engine.bundle import Bundle
-from service.engine.engine import Decoded, DecodeOptions
-from service.transport.convert import BadRequest, has_attention
+from service.transport.convert import has_attention
 
 INPUT = "TEXT"
 # name -> (datatype, shape); -1 marks a dimension that varies per request.
@@ -212,9 +212,9 @@ def datatype_of(name: str) -> str:
     return (OUTPUTS | N_BEST_OUTPUTS | SCORE_OUTPUTS)[name][0]
 
 
-async def run(batcher, call: InferCall, deadline_s: float | None):
+async def run(answerer, call: InferCall, deadline_s: float | None):
     """The call's answers, each input's hypotheses: decoded, or its TARGET scored."""
     if call.targets is None:
-        return await batcher.transduce(call.texts, call.options, deadline_s)
-    scored = await batcher.score(list(zip(call.texts, call.targets)), call.options, deadline_s)
+        return await answerer.transduce(call.texts, call.options, deadline_s)
+    scored = await answerer.score(list(zip(call.texts, call.targets)), call.options, deadline_s)
     return [[d] for d in scored]

@@ -1,7 +1,7 @@
-"""The gRPC transport: attnserve.v1.Transducer handlers -> batcher.
+"""The gRPC transport: attnserve.v1.Transducer handlers -> the model's answerer.
 
-Maps domain errors to status codes and records per-RPC metrics. Decoding
-itself happens behind the batcher.
+Maps domain errors to status codes and records per-RPC metrics. Answering and decoding
+happen behind the answerer (service/answering/answerer.py).
 """
 from __future__ import annotations
 
@@ -13,22 +13,24 @@ from dataclasses import dataclass
 import grpc
 
 from attnserve.v1 import attnserve_pb2 as pb
-from service.transport import convert
-from service.scheduling.batcher import Batcher, DeadlineExpired, InvalidInput, NotReady, Overloaded
-from service.engine.bundle import Bundle, BundleError, VersionNotFound
+from service.answering.answerer import Answerer
 from service.config import ServerConfig
-from service.transport.guard import internal_error
+from service.domain import (BadRequest, BundleError, DeadlineExpired, InvalidInput, NotReady, Overloaded, UnknownModel,
+                            VersionNotFound)
+from service.engine.bundle import Bundle
 from service.metrics import Metrics
 from service.repository.repository import ModelRepository, versions_on_disk
+from service.transport import convert
+from service.transport.guard import internal_error
 
 SERVICE_NAME = "attnserve.v1.Transducer"
 log = logging.getLogger("attnserve")
 
 # Domain error -> status code; anything else is INTERNAL.
 STATUS_OF = {
-    convert.BadRequest: grpc.StatusCode.INVALID_ARGUMENT,
+    BadRequest: grpc.StatusCode.INVALID_ARGUMENT,
     InvalidInput: grpc.StatusCode.INVALID_ARGUMENT,
-    convert.UnknownModel: grpc.StatusCode.NOT_FOUND,
+    UnknownModel: grpc.StatusCode.NOT_FOUND,
     Overloaded: grpc.StatusCode.RESOURCE_EXHAUSTED,
     NotReady: grpc.StatusCode.UNAVAILABLE,
     VersionNotFound: grpc.StatusCode.NOT_FOUND,  # ReloadModel: no such version directory
@@ -38,7 +40,7 @@ STATUS_OF = {
 
 
 def deadline_of(context: grpc.aio.ServicerContext) -> float | None:
-    """The call's deadline on time.perf_counter()'s clock (what the batcher admits by), or None."""
+    """The call's deadline on time.perf_counter()'s clock (what the scheduler admits by), or None."""
     left_s = context.time_remaining()
     return None if left_s is None or left_s > 1e8 else time.perf_counter() + left_s
 
@@ -107,10 +109,10 @@ class ModelServicer:
         self.metrics = metrics
         self.repository = repository
 
-    def _ready(self, name: str, served: Served) -> tuple[Batcher, Bundle]:
-        batcher, bundle = self.repository.ready(name)
+    def _ready(self, name: str, served: Served) -> tuple[Answerer, Bundle]:
+        answerer, bundle = self.repository.ready(name)
         served.model = bundle.name
-        return batcher, bundle
+        return answerer, bundle
 
 
 class TransducerServicer(ModelServicer):
@@ -153,7 +155,7 @@ class TransducerServicer(ModelServicer):
         try:
             while (response := await done.get()) is not None:
                 yield response
-        finally:  # the client went away: stop its work in the batcher too
+        finally:  # the client went away: stop its work in the queue and the batch too
             reader.cancel()
             for task in tasks:
                 task.cancel()
@@ -173,12 +175,12 @@ class TransducerServicer(ModelServicer):
 
     async def _transduce(self, raw: bytes, deadline_s: float | None, served: Served) -> pb.TransduceResponse:
         call = convert.parse_transduce(raw, self.limits)
-        # No await between picking the batcher and enqueuing on it: a hot reload (service/repository/models.py)
-        # swaps batchers between two event-loop steps, so each call lands wholly on one version.
-        batcher, bundle = self._ready(call.model_name, served)
+        # No await between picking the answerer and enqueuing on it: a hot reload (service/repository/models.py)
+        # swaps answerers between two event-loop steps, so each call lands wholly on one version.
+        answerer, bundle = self._ready(call.model_name, served)
         convert.check_version(call.model_version, bundle.name, bundle.version)
-        results = await batcher.transduce(call.texts, call.options, deadline_s)
-        return convert.to_response(results, call, batcher.engine.tgt_joiner, bundle.name, bundle.version)
+        results = await answerer.transduce(call.texts, call.options, deadline_s)
+        return convert.to_response(results, call, answerer.tgt_joiner, bundle.name, bundle.version)
 
     async def Score(self, request: pb.ScoreRequest, context) -> pb.ScoreResponse:
         served = Served()
@@ -187,14 +189,14 @@ class TransducerServicer(ModelServicer):
 
     async def _score(self, request: pb.ScoreRequest, deadline_s: float | None, served: Served) -> pb.ScoreResponse:
         call = convert.parse_score(request, self.limits)
-        batcher, bundle = self._ready(call.model_name, served)
+        answerer, bundle = self._ready(call.model_name, served)
         convert.check_version(call.model_version, bundle.name, bundle.version)
-        scored = await batcher.score(call.pairs, deadline_s=deadline_s)
-        return convert.to_score_response(scored, call, batcher.engine.tgt_joiner, bundle.name, bundle.version)
+        scored = await answerer.score(call.pairs, deadline_s=deadline_s)
+        return convert.to_score_response(scored, call, answerer.tgt_joiner, bundle.name, bundle.version)
 
     async def _model_info(self, name: str, served: Served) -> pb.ModelInfo:
-        batcher, bundle = self._ready(name, served)
-        return convert.to_model_info(bundle.manifest, batcher.engine.precision)
+        answerer, bundle = self._ready(name, served)
+        return convert.to_model_info(bundle.manifest, answerer.precision)
 
 
 def handler(servicer: TransducerServicer) -> grpc.GenericRpcHandler:
