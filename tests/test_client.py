@@ -246,16 +246,38 @@ def test_bulk_stdin_json_lines_and_n_best_tsv(echo_server, capsys, monkeypatch):
         "alpha\tALPHA\t-1.0000", "alpha\tALPHA*\t-2.0000", "beta\tBETA\t-1.0000", "beta\tBETA*\t-2.0000"]
 
 
-def test_bulk_error_stops_with_the_status(echo_server, capsys, tmp_path):
-    address, _ = echo_server
+def test_a_refused_bulk_line_is_reported_and_the_run_goes_on(echo_server, capsys, tmp_path):
+    address, fake = echo_server
     path = tmp_path / "words.txt"
-    path.write_text("ok\nBAD\n")
-    assert client.main(["phonemes", "--file", str(path), "--server", address, "--batch-size", "1"]) == 1
+    path.write_text("ok\n\nBAD\nfine\nlast\n")  # line 3 is refused; the blank line is skipped
+    assert client.main(["transduce", "--file", str(path), "--server", address, "--batch-size", "2"]) == 2
     captured = capsys.readouterr()
-    assert captured.out.splitlines() == ["ok\tOK"]
-    assert captured.err.strip() == "error: INVALID_ARGUMENT: inputs[0] is bad"
+    assert captured.out.splitlines() == ["ok\tOK", "fine\tFINE", "last\tLAST"]
+    assert f"{path}:3: inputs[0] is bad" in captured.err and "1 of 4 inputs refused" in captured.err
+    # the refused call [ok, BAD] was sent again input by input, [fine, last] once (the two first calls
+    # are in flight together, so the server may see them in either order)
+    assert sorted(list(r.inputs) for r in fake.requests) == [["BAD"], ["fine", "last"], ["ok"], ["ok", "BAD"]]
+    assert client.main(["phonemes", "--file", str(path), "--server", address, "--json"]) == 2
+    docs = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [d["input"] for d in docs] == ["ok", "BAD", "fine", "last"] and docs[1]["error"] == "inputs[0] is bad"
+
+
+def test_a_bulk_run_stops_on_an_error_that_is_not_the_input(echo_server, capsys, tmp_path):
+    address, _ = echo_server
     assert client.main(["phonemes", "--file", str(tmp_path / "missing.txt"), "--server", address]) == 1
     assert "No such file" in capsys.readouterr().err
+    path = tmp_path / "words.txt"
+    path.write_text("ok\n")
+    assert client.main(["phonemes", "--file", str(path), "--server", "localhost:1", "--timeout-s", "2"]) == 1
+    assert "error: UNAVAILABLE" in capsys.readouterr().err
+
+
+def test_allow_unknown_reaches_the_request(echo_server, capsys):
+    address, fake = echo_server
+    assert client.main(["transduce", "ok", "--server", address, "--allow-unknown", "--no-attention"]) == 0
+    assert fake.requests[-1].options.allow_unknown_symbols
+    assert client.main(["transduce", "ok", "--server", address, "--no-attention"]) == 0
+    assert not fake.requests[-1].options.allow_unknown_symbols
 
 
 def test_bulk_progress_bar_on_a_terminal(echo_server):

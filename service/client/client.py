@@ -55,17 +55,21 @@ def _alternative(rank: int, result) -> Text:
 
 def _decode_options(args, return_attention: bool) -> attnserve_pb2.DecodeOptions:
     return attnserve_pb2.DecodeOptions(return_attention=return_attention, max_output_len=args.max_output_len,
-                                       beam_size=args.beam, n_best=args.n_best, bypass_lexicon=args.no_lexicon)
+                                       beam_size=args.beam, n_best=args.n_best, bypass_lexicon=args.no_lexicon,
+                                       allow_unknown_symbols=args.allow_unknown)
 
 
-def read_inputs(path: str) -> list[str]:
-    """One input per line of a UTF-8 file ("-": standard input); blank lines are skipped."""
+def read_numbered_inputs(path: str) -> tuple[list[str], list[int]]:
+    """One input per line of a UTF-8 file ("-": standard input), blank lines skipped, and each
+    input's line number (1-based), for reporting a refused one."""
     if path == "-":
         lines = sys.stdin.read().splitlines()
     else:
         with open(path, encoding="utf-8") as f:
             lines = f.read().splitlines()
-    return [line.strip() for line in lines if line.strip()]
+    kept = [(n, line.strip()) for n, line in enumerate(lines, 1) if line.strip()]
+    return [text for _, text in kept], [n for n, _ in kept]
+
 
 
 class _RateColumn(ProgressColumn):
@@ -73,23 +77,54 @@ class _RateColumn(ProgressColumn):
         return Text(f"{task.speed:,.0f} inputs/s" if task.speed else "", style="progress.data.speed")
 
 
+class BadInput:
+    """An input of a bulk run the server refused (INVALID_ARGUMENT): its line and why; the run goes on."""
+
+    def __init__(self, index: int, details: str):
+        self.index = index  # 0-based position among the inputs
+        self.details = details
+
+
 def transduce_bulk(stub, inputs: list[str], options, *, batch_size: int = BULK_BATCH_SIZE,
                    in_flight: int = BULK_IN_FLIGHT, rpc_kwargs: dict | None = None,
                    console: Console | None = None, model: str = "") -> Iterator[tuple[str, object]]:
     """(input, Result) for every input, in input order: `batch_size` inputs per Transduce call,
-    up to `in_flight` calls at once, with a progress bar on `console` (stderr) when it is a terminal."""
+    up to `in_flight` calls at once, with a progress bar on `console` (stderr) when it is a terminal.
+
+    An input the server refuses (INVALID_ARGUMENT: a symbol outside the alphabet, say) does not end
+    the run: its call is sent again input by input, and the refused one comes out as (input,
+    BadInput) in its place. Any other error (the server unreachable, overloaded) ends the run."""
     console = console or Console(stderr=True)
     progress = Progress(TextColumn("[progress.description]{task.description}"), BarColumn(), MofNCompleteColumn(),
                         _RateColumn(), TimeRemainingColumn(), console=console, disable=not console.is_terminal)
     pending: deque = deque()  # (inputs, call future), oldest first: results come out in input order
 
+    def one_by_one(start: int, batch: list[str]) -> list[tuple[str, object]]:
+        out = []
+        for i, text in enumerate(batch):
+            request = attnserve_pb2.TransduceRequest(inputs=[text], options=options, model_name=model)
+            try:
+                out.append((text, stub.Transduce(request, **(rpc_kwargs or {})).results[0]))
+            except grpc.RpcError as e:
+                if e.code() != grpc.StatusCode.INVALID_ARGUMENT:
+                    raise
+                out.append((text, BadInput(start + i, e.details())))
+        return out
+
     def oldest() -> list[tuple[str, object]]:
-        batch, future = pending.popleft()
-        resp = future.result()
-        if len(resp.results) != len(batch):
-            raise ValueError(f"server returned {len(resp.results)} results for {len(batch)} inputs")
+        start, batch, future = pending.popleft()
+        try:
+            resp = future.result()
+        except grpc.RpcError as e:
+            if e.code() != grpc.StatusCode.INVALID_ARGUMENT:
+                raise
+            results = one_by_one(start, batch)
+        else:
+            if len(resp.results) != len(batch):
+                raise ValueError(f"server returned {len(resp.results)} results for {len(batch)} inputs")
+            results = list(zip(batch, resp.results))
         progress.advance(task, len(batch))
-        return list(zip(batch, resp.results))
+        return results
 
     with progress:
         task = progress.add_task("transducing", total=len(inputs))
@@ -97,23 +132,34 @@ def transduce_bulk(stub, inputs: list[str], options, *, batch_size: int = BULK_B
             for start in range(0, len(inputs), batch_size):
                 batch = inputs[start:start + batch_size]
                 request = attnserve_pb2.TransduceRequest(inputs=batch, options=options, model_name=model)
-                pending.append((batch, stub.Transduce.future(request, **(rpc_kwargs or {}))))
+                pending.append((start, batch, stub.Transduce.future(request, **(rpc_kwargs or {}))))
                 if len(pending) >= in_flight:
                     yield from oldest()
             while pending:
                 yield from oldest()
         finally:  # an error, or a reader that stopped early: drop the calls still out
-            for _, future in pending:
+            for _, _, future in pending:
                 future.cancel()
 
 
 def _cmd_bulk(stub, args) -> int:
-    """--file: one line per input on stdout, as `input<TAB>output` (or JSON lines with --json)."""
-    inputs = read_inputs(args.file)
+    """--file: one line per input on stdout, as `input<TAB>output` (or JSON lines with --json).
+
+    A refused input is reported on stderr with its line number (and, with --json, as an object with
+    an "error" on stdout, so the lines still match the inputs); the others are converted. Exit
+    status 2 when any input was refused."""
+    inputs, lines = read_numbered_inputs(args.file)
     options = _decode_options(args, return_attention=False)
+    refused = 0
     try:
         for text, r in transduce_bulk(stub, inputs, options, batch_size=args.batch_size,
                                       in_flight=args.in_flight, rpc_kwargs=_rpc_kwargs(args), model=args.model):
+            if isinstance(r, BadInput):
+                refused += 1
+                print(f"{args.file if args.file != '-' else '<stdin>'}:{lines[r.index]}: {r.details}", file=sys.stderr)
+                if args.json:
+                    print(json.dumps({"input": text, "error": r.details}, ensure_ascii=False))
+                continue
             if args.json:
                 print(json.dumps(result_to_dict(text, r), ensure_ascii=False))
             elif args.n_best > 1:  # one line per hypothesis, best first, each with its ranking score
@@ -123,6 +169,9 @@ def _cmd_bulk(stub, args) -> int:
                 print(f"{text}\t{r.output_text}")
     except BrokenPipeError:  # `| head`: the reader has all it wants; keep exit's flush quiet
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    if refused:
+        print(f"{refused} of {len(inputs)} inputs refused (above); the others were converted", file=sys.stderr)
+        return 2
     return 0
 
 
@@ -274,9 +323,9 @@ def _build_parser() -> argparse.ArgumentParser:
     positive = _checked(int, lambda v: v >= 1, ">= 1")
 
     parser = argparse.ArgumentParser(prog="attnserve-client", description="Query an attnserve server.")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="{phonemes,score,info,models}")
-    t = sub.add_parser("phonemes", aliases=["transduce"], parents=[common],
-                       help="transduce words (G2P: spelling -> phonemes) and show the attention")
+    sub = parser.add_subparsers(dest="command", required=True)
+    t = sub.add_parser("transduce", aliases=["phonemes"], parents=[common],
+                       help="transduce inputs (any model; for G2P: spelling -> phonemes) and show the attention")
     t.add_argument("words", nargs="*", metavar="WORD", help='inputs; a lone "-" reads them from stdin (as --file -)')
     bulk = t.add_argument_group("bulk conversion")
     bulk.add_argument("--file", metavar="PATH",
@@ -296,6 +345,8 @@ def _build_parser() -> argparse.ArgumentParser:
     t.add_argument("--no-attention", action="store_true", help="do not request the attention weights")
     decoding.add_argument("--no-lexicon", action="store_true",
                           help="decode with the model even for words the model's lexicon or overrides have")
+    decoding.add_argument("--allow-unknown", action="store_true",
+                          help="decode symbols outside the model's alphabet as unknown (flagged) instead of refusing")
     t.set_defaults(func=_cmd_transduce, check=_check_transduce_args)
     sc = sub.add_parser("score", parents=[common], help="score given outputs: log-probabilities and alignment")
     sc.add_argument("source", help="the input, e.g. knight")
