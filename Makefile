@@ -22,16 +22,19 @@ serve: $(VENV)/.serve-installed
 test: system-deps $(VENV)/.dev-installed
 	$(PY) -m pytest -q
 
-# Debian packages the tests run: a real Prometheus (tests/test_prometheus.py) and headless Chromium
-# with its chromedriver (tests/test_page.py, the attention page). Installed only when missing; the
+# Debian packages the tests run: a real Prometheus (tests/test_prometheus.py), headless Chromium
+# with its chromedriver (tests/test_page.py, the attention page), and the Noto fonts, so that the page
+# and the client's PNG heat maps draw every script of the models (Armenian, Georgian, Hangul,
+# Hiragana, Khmer; DejaVu covers Latin, Greek, Cyrillic and IPA). Installed only when missing; the
 # package lists are refreshed only if the first install attempt fails.
-SYSTEM_DEPS := prometheus chromium chromium-driver
+SYSTEM_DEPS := prometheus chromium chromium-driver fonts-noto-core fonts-noto-cjk
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 APT_INSTALL := DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q --no-install-recommends
 .PHONY: system-deps
 system-deps:
-	@{ command -v prometheus && command -v chromium && command -v chromedriver; } >/dev/null || $(APT_INSTALL) $(SYSTEM_DEPS) || \
-	  { $(SUDO) apt-get update -q && $(APT_INSTALL) $(SYSTEM_DEPS); }
+	@{ command -v prometheus && command -v chromium && command -v chromedriver && \
+	   fc-list | grep -q "Noto Sans Khmer" && fc-list | grep -q "Noto Sans CJK"; } >/dev/null || \
+	  $(APT_INSTALL) $(SYSTEM_DEPS) || { $(SUDO) apt-get update -q && $(APT_INSTALL) $(SYSTEM_DEPS); }
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)

@@ -87,6 +87,42 @@ def test_write_png(tmp_path):
     assert path.read_bytes().startswith(b"\x89PNG")
 
 
+# A letter of every script the SIGMORPHON 2021 languages are written in (Armenian, Georgian, Hangul,
+# Hiragana, Khmer, Cyrillic, Greek, Latin with diacritics) and IPA on the target side.
+SCRIPTS = ["ա", "ქ", "한", "ひ", "ក", "ж", "λ", "ç"]
+IPA = ["ʃ", "d͡ʒ", "ɑ̃", "˧˧"]
+
+
+def every_script_result():
+    S, T = len(SCRIPTS), len(IPA) + 1
+    return attnserve_pb2.Result(output_tokens=IPA, output_text=" ".join(IPA), log_prob=-1.0, finished=True,
+                                attention=attnserve_pb2.Attention(rows=T, cols=S, weights=[1.0 / S] * (S * T),
+                                                                  source_labels=SCRIPTS, target_labels=IPA + ["</s>"]))
+
+
+def test_the_png_heat_map_has_a_glyph_for_every_script(tmp_path, monkeypatch):
+    import warnings
+
+    from service.client import heatmap
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # matplotlib warns "Glyph ... missing from font(s)" for a tofu box
+        client.write_png([("ա ქ 한 ひ ក", every_script_result())], tmp_path / "scripts.png")
+    assert (tmp_path / "scripts.png").read_bytes().startswith(b"\x89PNG")
+    # the check can fail: with DejaVu Sans alone, Hangul, Hiragana and Khmer have no glyph
+    monkeypatch.setattr(heatmap, "FONT_FAMILIES", ("DejaVu Sans",))
+    with pytest.warns(UserWarning, match="missing from font"):
+        client.write_png([("한", every_script_result())], tmp_path / "tofu.png")
+
+
+def test_the_terminal_heat_map_aligns_wide_characters():
+    text = render_text(client.render_heatmap(every_script_result()), width=200)
+    header, *rows = text.splitlines()
+    assert all(ch in header for ch in SCRIPTS)
+    from rich.cells import cell_len
+    assert len({cell_len(line.rstrip()) for line in rows if line.strip()}) == 1  # every row as wide as the next
+
+
 def test_client_imports_neither_torch_nor_matplotlib():
     code = "import sys, service.client.client; assert not {'torch', 'matplotlib'} & set(sys.modules), sys.modules.keys()"
     subprocess.run([sys.executable, "-c", code], check=True)

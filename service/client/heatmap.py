@@ -124,10 +124,37 @@ def _plain(s: str) -> str:
     return s.replace("$", r"\$")
 
 
+# Font families tried in order for each glyph (matplotlib falls back per glyph): DejaVu Sans has
+# Latin with diacritics, Greek, Cyrillic and IPA; Noto (Debian's fonts-noto-core and fonts-noto-cjk,
+# which `make system-deps` installs) the other scripts of the SIGMORPHON languages.
+FONT_FAMILIES = ("DejaVu Sans", "Noto Sans", "Noto Sans Armenian", "Noto Sans Georgian", "Noto Sans Khmer",
+                 "Noto Sans CJK JP", "Noto Sans CJK KR")
+
+
+def font_families() -> list[str]:
+    """The FONT_FAMILIES installed here (asking matplotlib for a missing one logs a warning per call)."""
+    from matplotlib import font_manager
+
+    installed = {f.name for f in font_manager.fontManager.ttflist}
+    if not set(FONT_FAMILIES) <= installed:  # fonts installed after matplotlib cached its list
+        for path in font_manager.findSystemFonts():
+            if "Noto" in path and "Sans" in path:
+                font_manager.fontManager.addfont(path)
+        installed = {f.name for f in font_manager.fontManager.ttflist}
+    return [f for f in FONT_FAMILIES if f in installed] or ["DejaVu Sans"]
+
+
 def write_png(items: list[tuple[str, object]], path) -> None:
     """One PNG with one heat-map subplot per (input, Result)."""
     if not items:
         raise ValueError("no results to plot")
+    import matplotlib
+
+    with matplotlib.rc_context({"font.family": font_families()}):
+        _draw_png(items, path)
+
+
+def _draw_png(items: list[tuple[str, object]], path) -> None:
     # The Agg canvas directly, not pyplot: no GUI backend lookup and no global figure state.
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
