@@ -16,8 +16,11 @@ LOADGEN := build/attnserve-loadgen
 
 .PHONY: serve test install-serve install-dev protos train export quantize bench evaluate report clean
 
+# --model-poll-s: a new version directory (models/<name>/<n>/), or a new model directory, copied in
+# while the server runs is verified and served within that many seconds, without a restart.
+MODEL_POLL_S ?= 5
 serve: $(VENV)/.serve-installed
-	$(VENV)/bin/attnserve-server --model-repository $(MODEL_REPOSITORY) --default-model $(DEFAULT_MODEL)
+	$(VENV)/bin/attnserve-server --model-repository $(MODEL_REPOSITORY) --default-model $(DEFAULT_MODEL) --model-poll-s $(MODEL_POLL_S)
 
 test: system-deps $(VENV)/.dev-installed
 	$(PY) -m pytest -q
