@@ -1,0 +1,151 @@
+"""Serving many small models: one server with every model of a repository, as `make serve` starts it.
+
+    python -m bench.many_models [--repository models] [--calls 300]
+
+Measures, for the whole server: the time from the process's start to health SERVING (every model
+verified, loaded and warmed), and its resident memory (the server and any processes it started)
+with every model loaded; for each model: the unloaded single-word latency, calls one after the other
+over gRPC (its test words, the model itself: lexicon bypassed, no response cache). Writes
+bench/results/many_models.json and .md.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from bench.harness import BIN, MODEL_ONLY, free_port, test_words
+
+RESULTS = Path(__file__).resolve().parent / "results"
+# What a user of many small models asks of one server.
+TARGETS = {"startup_s": 30.0, "rss_mb": 1536.0, "p50_ms": 3.0}
+
+
+def descendants(pid: int) -> list[int]:
+    """pid and every process below it."""
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        for task in Path(f"/proc/{p}/task").glob("*"):
+            try:
+                todo += [int(c) for c in (task / "children").read_text().split()]
+            except OSError:
+                pass
+    return out
+
+
+def rss_mb(pid: int) -> float:
+    total_kb = 0
+    for p in descendants(pid):
+        try:
+            for line in Path(f"/proc/{p}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    total_kb += int(line.split()[1])
+        except OSError:
+            pass
+    return total_kb / 1024
+
+
+def wait_serving(addr: str, proc: subprocess.Popen, timeout_s: float = 300) -> None:
+    import grpc
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    deadline = time.monotonic() + timeout_s
+    with grpc.insecure_channel(addr) as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise RuntimeError(f"the server exited with {proc.returncode} before SERVING")
+            try:
+                if stub.Check(health_pb2.HealthCheckRequest(), timeout=1).status == health_pb2.HealthCheckResponse.SERVING:
+                    return
+            except grpc.RpcError:
+                pass
+            time.sleep(0.05)
+    raise RuntimeError(f"no SERVING within {timeout_s} s")
+
+
+def latencies_ms(stub, model: str, words: list[str], calls: int, warmup: int = 20) -> list[float]:
+    from attnserve.v1 import attnserve_pb2 as pb
+
+    options = pb.DecodeOptions(bypass_lexicon=True, return_attention=True)
+    out = []
+    for i in range(warmup + calls):
+        request = pb.TransduceRequest(inputs=[words[i % len(words)]], model_name=model, options=options)
+        started = time.perf_counter()
+        stub.Transduce(request, timeout=10)
+        if i >= warmup:
+            out.append((time.perf_counter() - started) * 1000)
+    return out
+
+
+def measure(repository: Path, calls: int) -> dict:
+    import grpc
+
+    from attnserve.v1 import attnserve_pb2 as pb, attnserve_pb2_grpc as pbg
+    from service.engine.bundle import load_bundle
+
+    port = free_port()
+    argv = [str(BIN / "attnserve-server"), "--model-repository", str(repository), "--host", "127.0.0.1",
+            "--port", str(port), "--metrics-port", "-1", *MODEL_ONLY]
+    started = time.perf_counter()
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_serving(f"127.0.0.1:{port}", proc)
+        startup_s = time.perf_counter() - started
+        memory = rss_mb(proc.pid)
+        rows = []
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+            stub = pbg.TransducerStub(channel)
+            served = [m for m in stub.ListModels(pb.ListModelsRequest(), timeout=10).models if m.state == "READY"]
+            for m in sorted(served, key=lambda m: m.name):
+                bundle = load_bundle(repository / m.name / m.served_version)
+                ms = sorted(latencies_ms(stub, m.name, test_words(bundle), calls))
+                rows.append({"model": m.name, "version": m.served_version,
+                             "precision": stub.GetModelInfo(pb.GetModelInfoRequest(model_name=m.name)).precision,
+                             "p50_ms": round(statistics.median(ms), 3), "p99_ms": round(ms[int(0.99 * (len(ms) - 1))], 3)})
+                print(f"  {m.name}: p50 {rows[-1]['p50_ms']:.2f} ms, p99 {rows[-1]['p99_ms']:.2f} ms", flush=True)
+        memory = max(memory, rss_mb(proc.pid))
+    finally:
+        proc.terminate()
+        proc.wait(60)
+    return {"repository": str(repository), "models": len(rows), "startup_s": round(startup_s, 2),
+            "rss_mb": round(memory, 1), "calls_per_model": calls, "per_model": rows, "targets": TARGETS}
+
+
+def markdown(r: dict) -> str:
+    t = r["targets"]
+    ok = lambda v, limit: "met" if v <= limit else f"missed by {v - limit:.2f}"  # noqa: E731
+    lines = [f"# Serving many small models ({r['models']} models, one server)", "",
+             "`python -m bench.many_models`: one server with every model of the repository; the model itself "
+             "answers (lexicon bypassed, no cache), single-word calls one after the other.", "",
+             "| measure | value | target |", "|---|---:|---|",
+             f"| start-up to SERVING | {r['startup_s']:.2f} s | <= {t['startup_s']:g} s: {ok(r['startup_s'], t['startup_s'])} |",
+             f"| resident memory, every model loaded | {r['rss_mb']:.0f} MB | < {t['rss_mb']:g} MB: "
+             f"{ok(r['rss_mb'], t['rss_mb'])} |", "",
+             f"| model | precision | p50 ms | p99 ms | p50 <= {t['p50_ms']:g} ms |", "|---|---|---:|---:|---|"]
+    lines += [f"| {m['model']} | {m['precision']} | {m['p50_ms']:.2f} | {m['p99_ms']:.2f} | {ok(m['p50_ms'], t['p50_ms'])} |"
+              for m in r["per_model"]]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--repository", type=Path, default=Path("models"))
+    p.add_argument("--calls", type=int, default=300, help="timed calls per model (after 20 to warm up)")
+    p.add_argument("--out", type=Path, default=RESULTS / "many_models")
+    args = p.parse_args(argv)
+    result = measure(args.repository, args.calls)
+    args.out.with_suffix(".json").write_text(json.dumps(result, indent=2) + "\n")
+    args.out.with_suffix(".md").write_text(markdown(result))
+    print(markdown(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
