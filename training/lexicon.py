@@ -45,7 +45,9 @@ def write_lexicon(bundle_dir: Path, manifest: dict) -> dict:
     emittable = set(manifest["tgt_vocab"]) - set(SPECIALS)
     pairs = corpus_pairs(data)
     kept = [p for p in pairs if set(p.tgt) <= emittable]
-    lines = [f"{src_join.join(p.src)}\t{tgt_join.join(p.tgt)}" for p in kept]
+    # A word in both train and dev with the same pronunciation is one entry (the server refuses a
+    # source listed twice with the same target); its pronunciations stay in the corpus's order.
+    lines = list(dict.fromkeys(f"{src_join.join(p.src)}\t{tgt_join.join(p.tgt)}" for p in kept))
     (Path(bundle_dir) / FILE).write_text("\n".join(lines) + "\n", encoding="utf-8")
     sources = len({line.split("\t")[0] for line in lines})
     lexicon = {"file": FILE, "sources": sources, "entries": len(lines), "from": lexicon_origin(data),
