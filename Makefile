@@ -126,6 +126,14 @@ frontier-ensemble: $(VENV)/.dev-installed
 	$(PY) -m training.export --checkpoint models/g2p-en/1/checkpoint.pt models/g2p-en-compact/1/checkpoint.pt \
 	  --out build/frontier/ensemble/1
 
+# SIGMORPHON 2021 Task 1 (data/sigmorphon-2021/): a model per language on the task's own splits, each
+# trained on one CPU core in the background, exported, quantized and scored (training/sigmorphon.py);
+# what is done is kept, so it resumes. Table: docs/sigmorphon.md. SIGMORPHON_LANGS="fre bul": only those.
+SIGMORPHON_LANGS ?=
+.PHONY: sigmorphon
+sigmorphon: $(VENV)/.dev-installed
+	nice -n 10 $(PY) -m training.sigmorphon $(if $(SIGMORPHON_LANGS),--langs $(SIGMORPHON_LANGS))
+
 # Several checkpoints export their ensemble (training/ensemble.py), e.g.
 #   make export EXPORT_CHECKPOINTS="runs/seed1/best.pt runs/seed2/best.pt" MODEL_VERSION=2
 EXPORT_CHECKPOINTS ?= runs/g2p-en-gpu/stage2/best.pt

@@ -110,7 +110,8 @@ def load_tsv(path: str | Path, src_tokens: str, tgt_tokens: str) -> dict[str, li
 def file_record(path: str | Path) -> dict:
     """How a data description names a file: its path relative to the repository, and its sha256."""
     path = Path(path).resolve()
-    return {"path": Path(os.path.relpath(path, REPO)).as_posix(), "sha256": hashlib.sha256(path.read_bytes()).hexdigest()}
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    return {"path": Path(os.path.relpath(path, REPO)).as_posix(), "sha256": digest}
 
 
 def recorded_file(record: dict) -> Path:

@@ -1,0 +1,60 @@
+"""training/sigmorphon.py end to end on a tiny made-up language: two seeds trained a few steps with the
+task's splits, exported as their ensemble, quantized, scored, written to models/<name>/1 without its
+checkpoint, resumed without training again, and tabled."""
+import json
+import random
+
+import pytest
+
+from service.engine.bundle import load_bundle
+from training import evaluate, sigmorphon, sigmorphon_table
+from training.sigmorphon import Recipe
+
+PHONES = {"a": "A", "b": "B", "c": "K", "d": "D", "e": "E", "f": "F"}
+
+
+@pytest.fixture
+def task(tmp_path, monkeypatch):
+    rng = random.Random(3)
+    words = sorted({"".join(rng.choice("abcdef") for _ in range(rng.randint(2, 6))) for _ in range(300)})
+    (tmp_path / "data" / "low").mkdir(parents=True)
+    for split, ws in (("train", words[:200]), ("dev", words[200:230]), ("test", words[230:260])):
+        (tmp_path / "data" / "low" / f"tiny_{split}.tsv").write_text(
+            "".join(f"{w}\t{' '.join(PHONES[c] for c in w)}\n" for w in ws), encoding="utf-8")
+    langs = {"tiny": ("low", "g2p-tiny", 20.0)}
+    recipe = Recipe(("--hidden-size", "16", "--enc-layers", "1", "--emb-dim", "8", "--batch-size", "64",
+                     "--max-epochs", "2", "--lr", "0.01", "--dropout", "0.0", "--max-output-len", "12",
+                     *sigmorphon.COSINE), seeds=(1, 2))
+    for module in (sigmorphon, sigmorphon_table):
+        monkeypatch.setattr(module, "LANGS", langs)
+        monkeypatch.setattr(module, "MODELS", tmp_path / "models")
+    monkeypatch.setattr(sigmorphon, "DATA", tmp_path / "data")
+    monkeypatch.setattr(sigmorphon, "RUNS", tmp_path / "runs")
+    monkeypatch.setattr(sigmorphon, "RECIPES", {"low": recipe})
+    return tmp_path
+
+
+def test_a_language_is_trained_exported_scored_and_tabled_and_resumes_without_training(task, capsys):
+    bundle = sigmorphon.build("tiny")
+    assert bundle == task / "models" / "g2p-tiny" / "1"
+    manifest = load_bundle(bundle).manifest  # every file it lists is there, with its sha256
+    assert "checkpoint.pt" not in manifest["files"] and not (bundle / "checkpoint.pt").exists()
+    assert (task / "runs" / "tiny" / "checkpoint.pt").exists()
+    scores = manifest["task_scores"]
+    assert scores["members"] == 2 and len(manifest["model_config"]["ensemble"]) == 2
+    if scores["precision"] == "int8":
+        assert manifest["int8"]["metrics"]["dev"]["wer"] <= manifest["metrics"]["dev"]["wer"]
+    else:
+        assert "encoder.int8" not in manifest["graphs"] and "dev WER" in manifest["int8_dropped"]["why"]
+    capsys.readouterr()
+    evaluate.main(["--bundle", str(bundle), "--gold", str(task / "data" / "low" / "tiny_test.tsv"),
+                   "--precision", scores["precision"], "--beam-size", "5"])
+    assert json.loads(capsys.readouterr().out)["wer_percent"] == scores["test"]["beam5"]
+
+    stamp = (bundle / "manifest.json").stat().st_mtime_ns
+    sigmorphon.build("tiny")  # done: neither trained nor exported again
+    assert (bundle / "manifest.json").stat().st_mtime_ns == stamp
+    doc = task / "sigmorphon.md"
+    sigmorphon_table.write_table(doc)
+    row = next(line for line in doc.read_text(encoding="utf-8").splitlines() if "`g2p-tiny`" in line)
+    assert f"| {scores['test']['greedy']:.2f} |" in row and "| 20.00 |" in row

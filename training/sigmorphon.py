@@ -1,0 +1,194 @@
+"""SIGMORPHON 2021 Task 1: a G2P model for each of its 21 languages, on the task's own splits.
+
+    python -m training.sigmorphon                      # every language whose model is missing (`make sigmorphon`)
+    python -m training.sigmorphon --langs fre bul      # these only
+    python -m training.sigmorphon --table              # docs/sigmorphon.md from the models' manifests
+
+Per language (data/sigmorphon-2021/README.md names the files and the models): train its subtask's
+recipe on the train file, early-stopped on the dev file, one run per seed (several seeds export as
+their ensemble); export to a bundle whose lexicon is the train and dev words; quantize, keeping int8
+only where it costs nothing on dev; score dev and test with the task's scorer through the engine
+(greedy and beam 5; the lexicon is never consulted); write models/<name>/1. What is done is kept: a
+finished run (its result.json) is not trained again, a finished bundle not exported again, so an
+interrupted run resumes where it stopped. Recipes and decoding are chosen on dev only; the test file
+is read only for the reported figures. Runs and logs go to runs/sigmorphon/<lang>/.
+
+The bundle ships its ONNX graphs, manifest and lexicon, not checkpoint.pt: serving and scoring read
+only the graphs, and what reads a checkpoint (re-export, ensembles, --init-from) can retrain it here;
+it stays in runs/sigmorphon/<lang>/.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from training.data import REPO, read_lines
+
+DATA = REPO / "data" / "sigmorphon-2021"
+RUNS = REPO / "runs" / "sigmorphon"
+MODELS = REPO / "models"
+DOC = REPO / "docs" / "sigmorphon.md"
+
+# file prefix: (subtask, model name, the task baseline's test WER %)
+LANGS = {
+    "arm_e": ("medium", "g2p-hye", 7.00), "bul": ("medium", "g2p-bul", 18.30), "dut": ("medium", "g2p-nld", 14.70),
+    "fre": ("medium", "g2p-fra", 8.50), "geo": ("medium", "g2p-kat", 0.00),
+    "hbs_latn": ("medium", "g2p-hbs-latn", 32.10), "hun": ("medium", "g2p-hun", 1.80),
+    "jpn_hira": ("medium", "g2p-jpn-hira", 5.20), "kor": ("medium", "g2p-kor", 16.30),
+    "vie_hanoi": ("medium", "g2p-vie-hanoi", 2.50),
+    "ady": ("low", "g2p-ady", 22.00), "gre": ("low", "g2p-ell", 21.00), "ice": ("low", "g2p-isl", 12.00),
+    "ita": ("low", "g2p-ita", 19.00), "khm": ("low", "g2p-khm", 34.00), "lav": ("low", "g2p-lav", 55.00),
+    "mlt_latn": ("low", "g2p-mlt-latn", 19.00), "rum": ("low", "g2p-ron", 10.00), "slv": ("low", "g2p-slv", 49.00),
+    "wel_sw": ("low", "g2p-cym-sw", 10.00),
+    "eng_us": ("high", "g2p-eng-us-ipa", 41.94),
+}
+SUBTASKS = ("high", "medium", "low")  # the table's order
+TRAIN_ORDER = ("low", "medium", "high")  # the quickest first
+TARGETS = {"high": 37.0, "medium": 10.0, "low": 24.0}  # macro test WER % to reach
+BASELINE_MACRO = {"high": 41.94, "medium": 10.64, "low": 25.10}
+BEAM = 5
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """One subtask's training: the flags of python -m training.train, and the seeds (several: an ensemble)."""
+    flags: tuple[str, ...]
+    seeds: tuple[int, ...]
+    cmudict_ipa: bool = False  # eng_us only: CMUdict in the task's IPA as extra training pairs
+
+
+COSINE = ("--lr-schedule", "cosine", "--min-lr", "1e-5", "--patience-epochs", "1000", "--threads", "1",
+          "--device", "cpu")
+RECIPES = {
+    # 800 words: a small model (on ita's dev, hidden 128 beat 256, and a 2-layer additive-attention encoder),
+    # many short epochs, three seeds as one ensemble
+    "low": Recipe(("--hidden-size", "128", "--enc-layers", "1", "--emb-dim", "64", "--dropout", "0.3",
+                   "--batch-size", "16", "--lr", "3e-3", "--warmup-steps", "50", "--max-epochs", "60",
+                   "--max-output-len", "40", *COSINE), seeds=(1, 2, 3)),
+    "medium": Recipe(("--hidden-size", "256", "--enc-layers", "1", "--emb-dim", "64", "--dropout", "0.3",
+                      "--batch-size", "32", "--lr", "3e-3", "--warmup-steps", "100", "--max-epochs", "25",
+                      "--max-output-len", "50", "--max-minutes", "9", *COSINE), seeds=(1,)),
+    "high": Recipe(("--hidden-size", "384", "--enc-layers", "2", "--emb-dim", "64", "--dropout", "0.3",
+                    "--batch-size", "64", "--lr", "3e-3", "--warmup-steps", "200", "--max-epochs", "30",
+                    "--max-output-len", "50", *COSINE), seeds=(1,), cmudict_ipa=True),
+}
+
+
+def files(lang: str) -> dict[str, Path]:
+    subtask = LANGS[lang][0]
+    return {split: DATA / subtask / f"{lang}_{split}.tsv" for split in ("train", "dev", "test")}
+
+
+def train_seed(lang: str, seed: int, recipe: Recipe) -> Path:
+    """One training run (skipped when its result.json exists); returns its best checkpoint."""
+    out = RUNS / lang / f"seed{seed}"
+    if not (out / "result.json").exists():
+        f = files(lang)
+        argv = [sys.executable, "-m", "training.train", "--corpus", "tsv", "--train-tsv", str(f["train"]),
+                "--dev-tsv", str(f["dev"]), "--test-tsv", str(f["test"]), "--out", str(out), "--seed", str(seed),
+                *recipe.flags]
+        if recipe.cmudict_ipa:
+            from training.sigmorphon_english import write_targets
+
+            targets = RUNS / lang / "train_plus_cmudict_ipa.tsv"
+            print(f"{lang}: {write_targets(f['train'], [f['dev'], f['test']], targets)} in {targets}", flush=True)
+            argv += ["--train-targets", str(targets)]
+        out.mkdir(parents=True, exist_ok=True)
+        with (RUNS / lang / f"seed{seed}.log").open("w") as log:
+            print(f"{lang} seed {seed}: training, log {log.name}", flush=True)
+            subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT, check=True, cwd=REPO)
+        last = (RUNS / lang / f"seed{seed}.log").read_text().strip().splitlines()[-1]
+        (out / "result.json").write_text(last + "\n")
+    return out / "best.pt"
+
+
+def task_wer(bundle: Path, split_file: Path, beam: int, precision: str) -> float:
+    """The task scorer's WER (%) of the bundle's engine on one of the language's files."""
+    from training.evaluate import hyps_from_bundle
+    from training.metrics import gold_wer
+
+    rows = read_lines(split_file)
+    hyps = hyps_from_bundle(str(bundle), sorted({s for s, _ in rows}), 256, beam, 0.0, precision, texts=True)
+    return round(gold_wer([(hyps[s], g.split()) for s, g in rows])[0], 2)
+
+
+def keep_int8_if_free(bundle: Path) -> dict:
+    """Quantize; keep the int8 graphs only where their dev WER is no worse than fp32's."""
+    from service.engine.bundle import load_bundle, write_manifest
+    from training.quantize import quantize_bundle
+
+    manifest = quantize_bundle(bundle)
+    fp32, int8 = manifest["metrics"]["dev"]["wer"], manifest["int8"]["metrics"]["dev"]["wer"]
+    if int8 <= fp32:
+        return manifest
+    for role in ("encoder.int8", "decoder_step.int8"):
+        (bundle / manifest["graphs"].pop(role)).unlink()
+    manifest["int8_dropped"] = {**manifest.pop("int8"), "why": f"dev WER {int8:.4f} > fp32's {fp32:.4f}"}
+    write_manifest(bundle, {k: v for k, v in manifest.items() if k != "files"})
+    return load_bundle(bundle).manifest
+
+
+def build(lang: str) -> Path:
+    """Train what is missing, export, quantize and score; models/<name>/1 when done."""
+    from service.engine.bundle import load_bundle, write_manifest
+    from training.export import build_bundle, parity_ok
+
+    subtask, name, baseline = LANGS[lang]
+    target = MODELS / name / "1"
+    if (target / "manifest.json").exists() and "task_scores" in json.loads((target / "manifest.json").read_text()):
+        return target
+    started = time.time()
+    recipe = RECIPES[subtask]
+    checkpoints = [train_seed(lang, seed, recipe) for seed in recipe.seeds]
+    staging = RUNS / lang / "bundle" / "1"
+    shutil.rmtree(staging.parent, ignore_errors=True)
+    manifest = build_bundle(checkpoints if len(checkpoints) > 1 else checkpoints[0], staging, name, "1",
+                            parity_words=1000)
+    if not parity_ok(manifest["parity"]):
+        raise SystemExit(f"{lang}: parity check failed: {manifest['parity']}")
+    manifest = keep_int8_if_free(staging)
+    precision = "int8" if "encoder.int8" in manifest["graphs"] else "fp32"
+    f = files(lang)
+    scores = {split: {"greedy": task_wer(staging, f[split], 1, precision),
+                      f"beam{BEAM}": task_wer(staging, f[split], BEAM, precision)} for split in ("dev", "test")}
+    manifest = {k: v for k, v in load_bundle(staging).manifest.items() if k != "files"}
+    shutil.move(staging / "checkpoint.pt", RUNS / lang / "checkpoint.pt")
+    manifest["task_scores"] = {
+        "scorer": "SIGMORPHON 2021 Task 1: WER %, a word right when its segments equal the gold ones; "
+                  "through the engine, lexicon not consulted", "precision": precision, **scores,
+        "baseline_test_wer": baseline, "subtask": subtask, "language": lang,
+        "members": len(checkpoints), "minutes": round((time.time() - started) / 60, 1)}
+    manifest["checkpoint"] = (f"not shipped: python -m training.sigmorphon --langs {lang} writes it to "
+                              f"runs/sigmorphon/{lang}/checkpoint.pt")
+    write_manifest(staging, manifest)
+    shutil.rmtree(target, ignore_errors=True)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copytree(staging, target)
+    print(json.dumps({"lang": lang, "model": name, **scores, "precision": precision,
+                      "minutes": manifest["task_scores"]["minutes"]}), flush=True)
+    return target
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--langs", nargs="+", choices=sorted(LANGS), help="default: every language, low, medium, then high")
+    p.add_argument("--table", action="store_true", help="only write docs/sigmorphon.md from the models' manifests")
+    args = p.parse_args(argv)
+    from training.sigmorphon_table import write_table
+
+    if not args.table:
+        langs = args.langs or sorted(LANGS, key=lambda lang: TRAIN_ORDER.index(LANGS[lang][0]))
+        for lang in langs:
+            build(lang)
+            write_table(DOC)
+    write_table(DOC)
+
+
+if __name__ == "__main__":
+    main()

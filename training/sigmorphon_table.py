@@ -1,0 +1,76 @@
+"""docs/sigmorphon.md: each SIGMORPHON 2021 language's dev and test WER beside the task's baseline, from
+the task_scores that training/sigmorphon.py writes into each model's manifest."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from training.sigmorphon import BASELINE_MACRO, BEAM, LANGS, MODELS, SUBTASKS, TARGETS
+
+HEADER = """# SIGMORPHON 2021 Task 1 (multilingual G2P): our models on the task's own splits
+
+Written by `python -m training.sigmorphon` (`make sigmorphon`) from the `task_scores` of each
+`models/<name>/1/manifest.json`. Each model learned from its language's train file only, with early
+stopping and every choice on the dev file (medium and low: no outside resource). WER is the task
+scorer's: the percentage of words whose predicted segment sequence differs from the gold one, through
+the ONNX engine in the precision served (int8 only where it costs nothing on dev), the lexicon never
+consulted; the same as `attnserve-eval --bundle models/<name>/1 --gold data/sigmorphon-2021/<subtask>/<lang>_test.tsv
+[--beam-size 5]`. Baseline: the task's (data/sigmorphon-2021/README.md). Lower is better.
+"""
+
+
+def scores(lang: str) -> dict | None:
+    path = MODELS / LANGS[lang][1] / "1" / "manifest.json"
+    if not path.exists():
+        return None
+    manifest = json.loads(path.read_text(encoding="utf-8"))
+    return {**manifest["task_scores"], "parameters": manifest["parameters"],
+            "mb": sum(f.stat().st_size for f in path.parent.iterdir()) / 1e6} if "task_scores" in manifest else None
+
+
+def decoding_on_dev(rows: list[dict]) -> str:
+    """The subtask's decoding: greedy or beam, whichever has the lower dev macro-average."""
+    beam = f"beam{BEAM}"
+    return beam if sum(r["dev"][beam] for r in rows) < sum(r["dev"]["greedy"] for r in rows) else "greedy"
+
+
+def subtask_lines(subtask: str) -> list[str]:
+    langs = [lang for lang in LANGS if LANGS[lang][0] == subtask]
+    rows = {lang: s for lang in langs if (s := scores(lang))}
+    lines = [f"## {subtask}", ""]
+    if not rows:
+        return lines + ["No model yet.", ""]
+    pick = decoding_on_dev(list(rows.values()))
+    lines += [f"Decoding chosen on dev: **{pick}**.", "",
+              "| language | model | parameters | MB | precision | dev greedy | dev beam 5 | test greedy | "
+              "test beam 5 | baseline | ours - baseline |",
+              "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for lang in langs:
+        name, baseline = LANGS[lang][1], LANGS[lang][2]
+        s = rows.get(lang)
+        if s is None:
+            lines.append(f"| `{lang}` | `{name}` | | | | | | (not yet) | | {baseline:.2f} | |")
+            continue
+        diff = s["test"][pick] - baseline
+        mark = " (more than 1 point behind)" if diff > 1.0 else ""
+        lines.append(f"| `{lang}` | `{name}` | {s['parameters']:,} | {s['mb']:.1f} | {s['precision']} | "
+                     f"{s['dev']['greedy']:.2f} | {s['dev'][f'beam{BEAM}']:.2f} | {s['test']['greedy']:.2f} | "
+                     f"{s['test'][f'beam{BEAM}']:.2f} | {baseline:.2f} | {diff:+.2f}{mark} |")
+    done = len(rows)
+    macro = {k: sum(r["test"][k] for r in rows.values()) / done for k in ("greedy", f"beam{BEAM}")}
+    base = sum(LANGS[lang][2] for lang in rows) / done
+    partial = ("" if done == len(langs) else
+               f" (partial: {done} of {len(langs)} languages; the baseline over the same: {base:.2f})")
+    target = TARGETS[subtask]
+    miss = macro[pick] - target
+    verdict = f"target <= {target:.2f} met" if miss <= 0 else f"target <= {target:.2f} missed by {miss:.2f}"
+    lines += ["", f"Macro test WER{partial}: **{macro[pick]:.2f}** ({pick}; greedy {macro['greedy']:.2f}, "
+              f"beam 5 {macro[f'beam{BEAM}']:.2f}); baseline {BASELINE_MACRO[subtask]:.2f}; {verdict}.", ""]
+    return lines
+
+
+def write_table(path: Path) -> None:
+    lines = [HEADER]
+    for subtask in SUBTASKS:
+        lines += subtask_lines(subtask)
+    path.write_text("\n".join(lines), encoding="utf-8")
