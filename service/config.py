@@ -52,6 +52,11 @@ class ServerConfig:
     # they need it, like every call) or this opens them explicitly, for a server only trusted
     # callers can reach: anyone who reaches the port could otherwise switch the served version.
     admin_without_token: bool = False
+    # Server processes on the one pair of ports (SO_REUSEPORT), each with its own event loop and
+    # engines, under a supervisor (service/supervisor.py): one interpreter lock per process, so the
+    # transport and the engine of different calls run on different cores. 0 = one per core the process
+    # may run on; 1 = the single process, no supervisor (docs/operations.md#worker-processes).
+    workers: int = 1
 
     def __post_init__(self):
         if not 0 <= self.port <= 65535:
@@ -61,6 +66,8 @@ class ServerConfig:
         if not 0 <= self.max_pending_calls <= self.max_pending_calls_hard:
             raise ValueError(f"max_pending_calls ({self.max_pending_calls}) must be in 0..max_pending_calls_hard "
                              f"({self.max_pending_calls_hard})")
+        if self.workers < 0:
+            raise ValueError(f"workers must be >= 0 (0 = one per core), got {self.workers}")
         for name in ("max_inputs_per_request", "max_input_len", "max_message_bytes", "max_pending_age_s"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
@@ -77,6 +84,10 @@ class ServerConfig:
             path = getattr(self, name)
             if path and not Path(path).is_file():
                 raise ValueError(f"{name} {path!r} is not a file")
+
+    def worker_count(self) -> int:
+        """The server processes `workers` asks for: 0 is one per core this process may run on."""
+        return self.workers or len(os.sched_getaffinity(0))
 
 
 BATCHING_MODES = ("continuous", "request")

@@ -19,6 +19,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from inference import grpc_service_pb2_grpc as kserve_grpc
+from service.control import FD_ENV, INDEX_ENV, WorkerLink
 from service.transport.admin import AdminServicer, admin_handler
 from service.answering.answerer import Answerer
 from service.domain import BundleError
@@ -152,6 +153,11 @@ class AttnServer:
                  "mutual TLS" if self.cfg.server.tls_client_ca_file else "TLS" if self._credentials else "plaintext",
                  ", bearer token required" if self.auth else "", self.metrics_port)
 
+    async def peers_loaded(self) -> None:
+        """A worker of a supervisor: every worker has loaded, so this one may say SERVING too."""
+        self.repository.peers_ready = True
+        await self._update_health()
+
     async def _update_health(self) -> None:
         """Each model's name SERVING once loaded; the server once every model it serves is."""
         for status in self.repository.statuses():
@@ -183,12 +189,20 @@ def build_server(cfg: Config, metrics: Metrics | None = None) -> AttnServer:
     return AttnServer(cfg, metrics)
 
 
-async def serve(cfg: Config) -> int:
+async def serve(cfg: Config, supervisor_fd: int | None = None) -> int:
+    """One server process: the whole server, or with supervisor_fd one worker of a supervisor's
+    (service/supervisor.py), which says when every worker has loaded and carries admin operations
+    to every worker."""
     try:
         server = build_server(cfg)
     except SecurityError as e:
         log.error("refusing to start: %s", e)
         return 2
+    link = None
+    if supervisor_fd is not None:
+        link = await WorkerLink.inherited(supervisor_fd)
+        server.repository.fanout = link.fanout
+        server.repository.peers_ready = False
     await server.start()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -200,6 +214,10 @@ async def serve(cfg: Config) -> int:
         log.error("refusing to serve: %s", e)
         await server.stop(0)
         return 2
+    if link is not None:
+        link.ready()
+        channel = loop.create_task(link.run(server.repository.apply, server.peers_loaded), name="attnserve-control")
+        channel.add_done_callback(lambda _: stop.set())  # the supervisor has gone: shut down as on SIGTERM
     await stop.wait()
     stop.clear()
     log.info("shutting down: NOT_SERVING but still serving for %.1f s (a second signal cuts it short), then "
@@ -210,8 +228,18 @@ async def serve(cfg: Config) -> int:
 
 
 def main(argv: list[str] | None = None) -> None:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    argv = sys.argv[1:] if argv is None else argv
+    worker = os.environ.get(INDEX_ENV)
+    name = "%(name)s" if worker is None else f"%(name)s[worker {worker}]"
+    logging.basicConfig(level=logging.INFO, format=f"%(asctime)s %(levelname)s {name}: %(message)s")
     cfg = parse_config(argv)
+    if FD_ENV in os.environ:
+        sys.exit(asyncio.run(serve(cfg, int(os.environ[FD_ENV]))))
+    count = cfg.server.worker_count()
+    if count > 1:
+        from service.supervisor import supervise
+
+        sys.exit(supervise(argv, cfg, count))
     sys.exit(asyncio.run(serve(cfg)))
 
 

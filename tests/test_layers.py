@@ -18,6 +18,9 @@ WIRE = ("grpc", "grpc_health", "grpc_reflection", "attnserve", "inference", "goo
 LAYERS = ["transport", "repository", "answering", "scheduling", "engine"]
 SHARED = ["domain", "config", "metrics", "tasks"]  # below every layer, beside each other
 NO_WIRE = LAYERS[1:] + [f"{m}.py" for m in SHARED]
+# Above every layer: the server that wires them, the supervisor of its worker processes, and the
+# channel between the two.
+TOP = ["server", "supervisor", "control"]
 
 
 def imported(path: Path, package: str) -> set[str]:
@@ -55,7 +58,7 @@ def part_of(module: str) -> str | None:
 
 def rank(part: str) -> float:
     """Lower is higher up. The server builds everything; shared modules are below every layer."""
-    if part == "server":
+    if part in TOP:
         return -1
     if part in LAYERS:
         return LAYERS.index(part)
@@ -120,7 +123,7 @@ def test_the_server_never_imports_the_client_tools():
 def test_every_module_is_in_a_layer():
     for path in server_modules():
         part = own_part(path)
-        if part not in ("service", "server"):
+        if part not in ("service", *TOP):
             rank(part)
 
 

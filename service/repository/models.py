@@ -143,7 +143,7 @@ class ModelManager:
         for precision in ("fp32", "int8"):  # one series at 1: the precision served now
             self.metrics.model_precision.labels(precision).set(1 if precision == engine.precision else 0)
         if current is not None and (current.name, current.version) != (bundle.name, bundle.version):
-            self.metrics.model_info.remove(current.name, current.version)
+            self.metrics.drop_model_info(current.name, current.version)
         if self._seen_latest is None:
             self._seen_latest = self._latest()
         if current is None:

@@ -88,6 +88,13 @@ class ModelRepository:
         self.default = ""
         self.loaded = False  # load_all() has run
         self.on_change = []  # async callables, awaited after a model is loaded or unloaded (health)
+        # In a worker process of a supervisor (service/supervisor.py), how an admin operation reaches
+        # every worker: an async (op, name, version) that returns once each has applied it, or raises
+        # the first failure. None: this process is the whole server and applies it here.
+        self.fanout = None
+        # A worker is ready only once every worker has loaded (the supervisor says so), so that each
+        # answers health alike: a probe never sees SERVING from one process while another still loads.
+        self.peers_ready = True
         self._poller: asyncio.Task | None = None
 
     async def load_all(self) -> None:
@@ -118,7 +125,41 @@ class ModelRepository:
     async def load_model(self, name: str) -> ModelStatus:
         """Serve a model of the repository directory (a new one copied in while running, or one
         unloaded before); a model already served reloads its latest version. Raises UnknownModel
-        for a name the repository does not hold and BundleError for a bundle it cannot serve."""
+        for a name the repository does not hold and BundleError for a bundle it cannot serve.
+        Every worker process does it before this returns."""
+        if self.fanout is not None:
+            await self.fanout("load", name, "")
+            return ModelStatus(name, "READY", self.manager(name).bundle.version)
+        return await self._load_here(name)
+
+    async def unload_model(self, name: str) -> None:
+        """Stop serving a model: new calls answer NOT_FOUND at once, admitted ones finish first; in
+        every worker process before this returns."""
+        if self.fanout is not None:
+            await self.fanout("unload", name, "")
+        else:
+            await self._unload_here(name)
+
+    async def reload_model(self, name: str, version: str) -> Bundle:
+        """ReloadModel: serve `version` of a served model (default: the pin, else the highest) and
+        return its bundle, in every worker process before this returns."""
+        if self.fanout is not None:
+            await self.fanout("reload", name, version)
+            return self.manager(name).bundle
+        return await self.manager(name).load(version)
+
+    async def apply(self, op: str, name: str, version: str) -> None:
+        """One admin operation in this process only: what a worker does when its supervisor tells it."""
+        if op == "load":
+            await self._load_here(name)
+        elif op == "unload":
+            await self._unload_here(name)
+        elif op == "reload":
+            await self.manager(name).load(version)
+        else:
+            raise ValueError(f"unknown admin operation {op!r}")
+
+    async def _load_here(self, name: str) -> ModelStatus:
         if name in self.models:
             bundle = await self.models[name].load()
             return ModelStatus(name, "READY", bundle.version)
@@ -142,8 +183,7 @@ class ModelRepository:
         self.models[name] = manager
         return manager
 
-    async def unload_model(self, name: str) -> None:
-        """Stop serving a model: new calls answer NOT_FOUND at once, admitted ones finish first."""
+    async def _unload_here(self, name: str) -> None:
         manager = self.models.pop(name, None)
         if manager is None:
             raise UnknownModel(f"model {name!r} is not loaded (loaded: {sorted(self.models)})")
@@ -191,7 +231,7 @@ class ModelRepository:
 
     def all_ready(self) -> bool:
         """Every model the server was asked to serve is loaded."""
-        return self.loaded and not self.failed
+        return self.loaded and not self.failed and self.peers_ready
 
     def is_ready(self, name: str, version: str = "") -> bool:
         m = self.models.get(name) if self.loaded else None
@@ -230,11 +270,12 @@ class ModelRepository:
     async def _poll_new_models(self) -> None:
         while True:
             await asyncio.sleep(self.cfg.repository.model_poll_s)
-            # Unloaded and failed models stay as they are until an explicit load.
+            # Unloaded and failed models stay as they are until an explicit load. Each worker
+            # process polls for itself, so what it finds it loads here only.
             for status in await asyncio.to_thread(self.index):
                 if status.reason == "not loaded":
                     try:
-                        await self.load_model(status.name)
+                        await self._load_here(status.name)
                     except (BundleError, UnknownModel) as e:
                         log.error("model %s was copied in but did not load: %s", status.name, e)
 

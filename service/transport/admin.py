@@ -30,7 +30,7 @@ class AdminServicer:
     async def _reload(self, name: str, version: str, served: Served) -> pb.ModelInfo:
         manager = self.repository.manager(name)
         served.model = manager.name
-        bundle = await manager.load(version)
+        bundle = await self.repository.reload_model(manager.name, version)  # in every worker process
         return convert.to_model_info(bundle.manifest)
 
 

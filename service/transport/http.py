@@ -178,7 +178,9 @@ class HttpFront:
     async def start(self, host: str, port: int) -> None:
         self._runner = web.AppRunner(self.app, access_log=None, shutdown_timeout=self.cfg.grace_period_s)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, host, port, ssl_context=ssl_context(self.cfg))
+        # Several worker processes share the port (service/supervisor.py); one process needs no sharing.
+        site = web.TCPSite(self._runner, host, port, ssl_context=ssl_context(self.cfg),
+                           reuse_port=self.cfg.workers != 1)
         await site.start()
         self.port = site._server.sockets[0].getsockname()[1]
 
