@@ -22,6 +22,9 @@ class ServerConfig:
     metrics_port: int = 9090  # Prometheus /metrics over HTTP; 0 picks a free port, -1 disables
     max_inputs_per_request: int = 256
     max_input_len: int = 64  # characters per input
+    # Characters per text of a text call (TransduceText, the Open Inference Protocol's `text: true`):
+    # a paragraph, read into words that are each decoded as a short sequence of its own.
+    max_text_len: int = 2000
     # On SIGTERM, first a lame duck: health says NOT_SERVING at once (probes, balancers and clients
     # that health-check move on) while calls are still taken and served; only then does the server
     # stop taking calls and drain. Calls that reach a stopping gRPC server before a handler takes
@@ -68,7 +71,7 @@ class ServerConfig:
                              f"({self.max_pending_calls_hard})")
         if self.workers < 0:
             raise ValueError(f"workers must be >= 0 (0 = one per core), got {self.workers}")
-        for name in ("max_inputs_per_request", "max_input_len", "max_message_bytes", "max_pending_age_s"):
+        for name in ("max_inputs_per_request", "max_input_len", "max_text_len", "max_message_bytes", "max_pending_age_s"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         for name in ("lame_duck_s", "grace_period_s", "max_connection_age_s", "max_connection_age_grace_s"):

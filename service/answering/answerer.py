@@ -17,6 +17,10 @@ from dataclasses import replace
 from service.answering.cache import ResponseCache
 from service.answering.compound import SEPARATORS, join_words, split_words
 from service.answering.lexicon import Lexicon
+from service.answering.reading import Reading, TextAnswer, check_alphabet
+from service.answering.alphabet import is_arpabet
+from service.answering.text import TextReader
+from service.answering.textrules import TextRules
 from service.config import AnswerConfig
 from service.domain import GREEDY, Decoded, DecodeOptions, InvalidInput, NotReady
 from service.engine.engine import Engine
@@ -26,7 +30,7 @@ from service.scheduling.batcher import Batcher
 
 class Answerer:
     def __init__(self, engine: Engine, batcher: Batcher, cfg: AnswerConfig, metrics: ModelMetrics,
-                 lexicon: Lexicon | None = None):
+                 lexicon: Lexicon | None = None, text_rules: TextRules | None = None):
         self.engine = engine
         self.batcher = batcher
         self.cfg = cfg
@@ -37,6 +41,9 @@ class Answerer:
         # precision it is served in.
         self.tgt_joiner = engine.tgt_joiner
         self.precision = engine.precision
+        self.is_arpabet = is_arpabet(engine.tgt_vocab)
+        self.text_rules = text_rules or TextRules()
+        self._reading = Reading(self, TextReader(self.text_rules, self._known, self._unreadable))
 
     async def transduce(self, texts: list[str], options: DecodeOptions = GREEDY,
                         deadline_s: float | None = None) -> list[list[Decoded]]:
@@ -61,6 +68,28 @@ class Answerer:
             k += len(ps)
             out.append(part[0] if ws is None else [join_words(tokens, ps, [h[0] for h in part])])
         return out
+
+    async def transduce_text(self, texts: list[str], options: DecodeOptions = GREEDY, deadline_s: float | None = None,
+                             alphabet: str = "", separator: str | None = None,
+                             attention: bool = True) -> list[TextAnswer]:
+        """Running texts: each read into tokens (service/answering/text.py) in the model's language,
+        their words answered as transduce() answers words, all of a call's words in one submission
+        (reading.py). alphabet: "" or "model" (the model's symbols), "arpabet", "ipa" (ARPAbet models)."""
+        if not self.batcher.running:
+            raise NotReady("model is not loaded yet")
+        check_alphabet(alphabet, self.is_arpabet, self.engine.name)
+        return await self._reading.read(texts, options, deadline_s, alphabet, separator, attention)
+
+    def _known(self, word: str) -> bool:
+        return self.cfg.lexicon and self.lexicon.lookup(self.engine.tokenize(word)) is not None
+
+    def _unreadable(self, word: str) -> list[int]:
+        """Positions in `word` of its characters the model cannot read (after its normalization)."""
+        if self.engine.src_tokens_kind != "chars":
+            return [] if self.engine.tokenize(word) and not self.engine.unknown_symbols(self.engine.tokenize(word)) \
+                else list(range(len(word)))
+        alphabet = self.engine.alphabet
+        return [i for i, c in enumerate(word) if any(n not in alphabet for n in self.engine.normalize(c))]
 
     async def _answer(self, sources: list[list[str]], options: DecodeOptions,
                       deadline_s: float | None) -> list[list[Decoded]]:
@@ -97,6 +126,11 @@ class Answerer:
         self.lexicon = self.lexicon.with_overrides(overrides)
         self.cache = ResponseCache(self.cfg.cache_entries, self.metrics)
         self.metrics.cache_entries.set(0)
+
+    def set_text_rules(self, rules: TextRules) -> None:
+        """The model's own text rules file changed (one step on the event loop)."""
+        self.text_rules = rules
+        self._reading = Reading(self, TextReader(rules, self._known, self._unreadable))
 
     async def score(self, pairs: list[tuple[str, str]], options: DecodeOptions = GREEDY,
                     deadline_s: float | None = None) -> list[Decoded]:

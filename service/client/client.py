@@ -1,7 +1,8 @@
 """attnserve-client: transduce words over gRPC and show the attention behind each output.
 
-Also beam search n-best lists (--beam/--n-best) and bulk conversion of a word list
-(--file PATH or -: input<TAB>output lines, batched calls, a progress bar).
+Also beam search n-best lists (--beam/--n-best), bulk conversion of a word list
+(--file PATH or -: input<TAB>output lines, batched calls, a progress bar), and running text
+(`text`: service/client/text.py).
 
 Client side only: never imports torch, and matplotlib is imported only for --png so
 the terminal path starts quickly and works without a display.
@@ -24,6 +25,7 @@ from rich.text import Text
 
 from attnserve.v1 import attnserve_pb2, attnserve_pb2_grpc
 from service.client.heatmap import attention_matrix, render_heatmap, result_to_dict, write_png  # noqa: F401 (API)
+from service.client import text
 from service.client.balancing import channel_options
 from service.transport.security import channel_credentials
 
@@ -357,6 +359,7 @@ def _build_parser() -> argparse.ArgumentParser:
     i.set_defaults(func=_cmd_info)
     m = sub.add_parser("models", parents=[common], help="list the server's models: versions, served version, state")
     m.set_defaults(func=_cmd_models)
+    text.add_parser(sub, common, positive)  # running text: service/client/text.py
     return parser
 
 

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from service.answering.answerer import Answerer
 from service.answering.lexicon import Lexicon, read_tsv
+from service.answering.textrules import TextRules, bundle_language, read_rules
 from service.config import Config, EngineConfig
 from service.domain import BundleError, LexiconError
 from service.engine.bundle import MANIFEST, Bundle, load_bundle, resolve
@@ -33,6 +34,7 @@ from service.tasks import cancel_and_wait
 log = logging.getLogger("attnserve")
 WARMUP_WORDS = ["warmup", "a", "attention"]
 OVERRIDES = "overrides.tsv"  # a model's own words, next to its versions: models/<name>/overrides.tsv
+TEXT_RULES = "text.tsv"  # how the model's own texts are read (abbreviations, ...), beside them: models/<name>/text.tsv
 
 
 def warm_engine(bundle: Bundle, cfg: EngineConfig) -> Engine:
@@ -93,6 +95,9 @@ class ModelManager:
         self.overrides_path = (Path(cfg.repository.overrides_dir) / f"{name}.tsv" if cfg.repository.overrides_dir
                                else self.model_dir / OVERRIDES)
         self._overrides_seen: float | None = None  # the overrides file's mtime when last read
+        self.text_rules_path = (Path(cfg.repository.overrides_dir) / f"{name}.text.tsv" if cfg.repository.overrides_dir
+                                else self.model_dir / TEXT_RULES)
+        self._text_rules_seen: float | None = None
         self._overrides_poller: asyncio.Task | None = None
 
     async def load(self, version: str = "") -> Bundle:
@@ -133,9 +138,10 @@ class ModelManager:
             self._overrides_taken(overrides, stamp)
         except LexiconError as e:
             self._overrides_refused(e, stamp)
+        rules = await loop.run_in_executor(None, self._read_text_rules, bundle)
         batcher = make_batcher(engine, self.cfg.batcher, self.metrics)
         batcher.start()
-        answerer = Answerer(engine, batcher, self.cfg.answering, self.metrics, lexicon.with_overrides(overrides))
+        answerer = Answerer(engine, batcher, self.cfg.answering, self.metrics, lexicon.with_overrides(overrides), rules)
         old = self.answerer.batcher if self.answerer is not None else None
         self.answerer, self.bundle = answerer, bundle  # the swap: new calls go to the new version from here on
         self.metrics.model_load_seconds.set(time.perf_counter() - started)
@@ -158,8 +164,34 @@ class ModelManager:
             await old.stop()
         return bundle
 
+    def _read_text_rules(self, bundle: Bundle) -> TextRules:
+        """The bundle's language's rules under the model's own file; a bad own file is refused (logged)
+        and the language's shipped rules serve alone."""
+        language, stamp = bundle_language(bundle.manifest), _mtime(self.text_rules_path)
+        self._text_rules_seen = stamp
+        try:
+            return read_rules(language, self.text_rules_path)
+        except LexiconError as e:
+            log.error("%s: text rules refused, the language's own serve: %s", self.name, e)
+            return read_rules(language)
+
+    async def refresh_text_rules(self) -> None:
+        """Re-read the model's own text rules if the file changed; a bad one is refused, the previous stay."""
+        answerer, bundle, stamp = self.answerer, self.bundle, _mtime(self.text_rules_path)
+        if answerer is None or stamp == self._text_rules_seen:
+            return
+        self._text_rules_seen = stamp
+        try:
+            rules = await asyncio.to_thread(read_rules, bundle_language(bundle.manifest), self.text_rules_path)
+        except LexiconError as e:
+            log.error("%s: text rules refused, the previous stay in force: %s", self.name, e)
+            return
+        answerer.set_text_rules(rules)
+        log.info("%s: text rules %s in force", self.name, self.text_rules_path)
+
     async def refresh_overrides(self) -> None:
         """Re-read the overrides file if it changed; a bad one is refused and the previous stay."""
+        await self.refresh_text_rules()
         answerer, stamp = self.answerer, _mtime(self.overrides_path)
         if answerer is None or stamp == self._overrides_seen:
             return

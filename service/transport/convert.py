@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from google.protobuf.message import DecodeError
 
 from attnserve.v1 import attnserve_pb2 as pb
+from service.answering.alphabet import ALPHABETS
+from service.answering.reading import TextAnswer, WordAnswer
 from service.config import ServerConfig
 from service.domain import BadRequest, Decoded, DecodeOptions, UnknownModel
 
@@ -89,6 +91,94 @@ def to_result(hyps: list[Decoded], joiner: str, return_attention: bool) -> pb.Re
 def to_response(results: list[list[Decoded]], call: TransduceCall, joiner: str, name: str, version: str):
     return pb.TransduceResponse(results=[to_result(hyps, joiner, call.return_attention) for hyps in results],
                                 model_name=name, model_version=version, request_id=call.request_id)
+
+
+@dataclass(frozen=True)
+class TextCall:
+    texts: list[str]
+    options: DecodeOptions
+    return_attention: bool
+    alphabet: str = ""
+    separator: str | None = None  # None: the default for the alphabet
+    request_id: str = ""
+    model_name: str = ""
+    model_version: str = ""
+
+
+MAX_SEPARATOR_LEN = 16
+KIND_OF = {"word": pb.TOKEN_KIND_WORD, "number": pb.TOKEN_KIND_NUMBER, "abbreviation": pb.TOKEN_KIND_ABBREVIATION,
+           "punctuation": pb.TOKEN_KIND_PUNCTUATION, "symbol": pb.TOKEN_KIND_SYMBOL}
+
+
+def check_text_args(texts: list[str], alphabet: str, separator: str | None, limits: ServerConfig,
+                    what: str = "texts") -> None:
+    """What every text call is checked for, on both APIs: the count, each text's length
+    (max_text_len), the alphabet and the separator."""
+    if not texts:
+        raise BadRequest(f"{what} is empty: send at least one text")
+    if len(texts) > limits.max_inputs_per_request:
+        raise BadRequest(f"{what} has {len(texts)} entries; at most {limits.max_inputs_per_request} per request")
+    for i, text in enumerate(texts):
+        if not text.strip():
+            raise BadRequest(f"{what}[{i}] is empty")
+        if len(text) > limits.max_text_len:
+            raise BadRequest(f"{what}[{i}] has {len(text)} characters; the limit is max_text_len "
+                             f"({limits.max_text_len})")
+    check_text_options(alphabet, separator)
+
+
+def check_text_options(alphabet: str, separator: str | None) -> None:
+    if alphabet not in ALPHABETS:
+        raise BadRequest(f"alphabet {alphabet!r} is not one of {[a for a in ALPHABETS if a]}")
+    if separator is not None and len(separator) > MAX_SEPARATOR_LEN:
+        raise BadRequest(f"word_separator has {len(separator)} characters; at most {MAX_SEPARATOR_LEN}")
+
+
+def parse_text(req: pb.TransduceTextRequest, limits: ServerConfig) -> TextCall:
+    opts = req.options
+    separator = opts.word_separator if opts.HasField("word_separator") else None
+    check_text_args(list(req.texts), opts.alphabet, separator, limits)
+    try:
+        options = DecodeOptions(max_output_len=opts.max_output_len, beam_size=max(1, opts.beam_size),
+                                bypass_lexicon=opts.bypass_lexicon, allow_unknown=opts.allow_unknown_symbols)
+    except ValueError as e:
+        raise BadRequest(f"options.{e}") from None
+    return TextCall(texts=list(req.texts), options=options, alphabet=opts.alphabet, separator=separator,
+                    return_attention=opts.return_attention if opts.HasField("return_attention") else True,
+                    request_id=req.request_id, model_name=req.model_name, model_version=req.model_version)
+
+
+def _text_word(w: WordAnswer, text: str, return_attention: bool) -> pb.TextWord:
+    d = w.hyp
+    result = pb.Result(output_tokens=w.tokens, output_text=w.text, log_prob=d.score, finished=d.finished,
+                       score=d.score, origin=ORIGIN_OF[d.origin], token_log_probs=d.token_log_probs or [],
+                       unknown_positions=d.unknown_positions)
+    word = pb.TextWord(text=w.word.text, start=w.word.start, end=w.word.end, result=result,
+                       alternatives=w.alternatives, choice=w.choice)  # a copy of result: set attention on word.result
+    if return_attention and d.attn is not None:
+        labels = w.tokens + ([EOS_LABEL] if d.finished else [])
+        T, S = d.attn.shape
+        word.result.attention.CopyFrom(pb.Attention(rows=T, cols=S, weights=d.attn.ravel().tolist(),
+                                               source_labels=d.src_tokens, target_labels=labels))
+        if w.char_attn is not None:
+            word.char_attention.CopyFrom(pb.Attention(
+                rows=T, cols=w.char_attn.shape[1], weights=w.char_attn.ravel().tolist(),
+                source_labels=list(text[w.word.start:w.word.end]), target_labels=labels))
+    return word
+
+
+def to_text_result(answer: TextAnswer, return_attention: bool) -> pb.TextResult:
+    tokens = [pb.TextToken(text=t.token.text, kind=KIND_OF[t.token.kind], start=t.token.start, end=t.token.end,
+                           spoken=t.token.spoken if t.words else "", unread=t.token.unread,
+                           words=[_text_word(w, answer.text, return_attention) for w in t.words])
+              for t in answer.tokens]
+    return pb.TextResult(tokens=tokens, spoken=answer.spoken, pronunciation=answer.pronunciation,
+                         log_prob=answer.score, complete=not any(t.token.unread for t in answer.tokens))
+
+
+def to_text_response(answers: list[TextAnswer], call: TextCall, name: str, version: str) -> pb.TransduceTextResponse:
+    return pb.TransduceTextResponse(results=[to_text_result(a, call.return_attention) for a in answers],
+                                    model_name=name, model_version=version, request_id=call.request_id)
 
 
 @dataclass(frozen=True)

@@ -118,11 +118,11 @@ def parse_infer(body: dict, binary: bytes, limits: ServerConfig, bundle) -> tupl
             if len(items) != shape[0] or not all(isinstance(x, str) for x in items):
                 raise BadRequest(f"{name} data must hold {shape[0]} strings (its shape)")
             tensors[name] = items
-    texts, targets = oip.check_inputs(tensors, limits)
     params = body.get("parameters") or {}
     outputs = body.get("outputs") or []
     if not isinstance(params, dict) or not isinstance(outputs, list) or not all(isinstance(o, dict) for o in outputs):
         raise BadRequest("parameters must be an object and outputs a list of objects")
+    texts, targets = oip.check_inputs(tensors, limits, params)
     call = oip.check_call(texts, params, [o.get("name") for o in outputs], bundle, targets)
     binary_all = params.get("binary_data_output") is True
     wanted = {o.get("name"): (o.get("parameters") or {}).get("binary_data", binary_all) for o in outputs}
@@ -133,7 +133,7 @@ def parse_infer(body: dict, binary: bytes, limits: ServerConfig, bundle) -> tupl
 def infer_response(call: oip.InferCall, hyps, joiner: str, bundle, request_id, binary_out: set[str]) -> web.Response:
     outputs, blobs = [], []
     for name in call.outputs:
-        shape, values = oip.output_array(name, hyps, joiner, call.per_hypothesis)
+        shape, values = oip.output_of(call, name, hyps, joiner)
         tensor = {"name": name, "datatype": oip.datatype_of(name), "shape": shape}
         if name in binary_out:
             blobs.append(oip.raw_of(values))

@@ -69,8 +69,9 @@ def parse_infer(req: pb.ModelInferRequest, limits, bundle: Bundle) -> InferCall:
             if len(items) != count:
                 raise BadRequest(f"{tensor.name} contents.bytes_contents has {len(items)} elements; shape says {count}")
         tensors[tensor.name] = items
-    texts, targets = oip.check_inputs(tensors, limits)
-    return oip.check_call(texts, _params(req.parameters), [o.name for o in req.outputs], bundle, targets)
+    params = _params(req.parameters)
+    texts, targets = oip.check_inputs(tensors, limits, params)
+    return oip.check_call(texts, params, [o.name for o in req.outputs], bundle, targets)
 
 
 def to_infer_response(req: pb.ModelInferRequest, call: InferCall, hyps: list[list[Decoded]], joiner: str,
@@ -78,7 +79,7 @@ def to_infer_response(req: pb.ModelInferRequest, call: InferCall, hyps: list[lis
     # Raw contents rather than typed ones: stock clients (tritonclient's as_numpy) read raw.
     reply = pb.ModelInferResponse(model_name=bundle.name, model_version=bundle.version, id=req.id)
     for name in call.outputs:
-        shape, values = oip.output_array(name, hyps, joiner, call.per_hypothesis)
+        shape, values = oip.output_of(call, name, hyps, joiner)
         reply.outputs.add(name=name, datatype=oip.datatype_of(name), shape=shape)
         reply.raw_output_contents.append(raw_of(values))
     return reply

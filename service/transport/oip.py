@@ -18,21 +18,33 @@ one candidate output per TEXT element, in the model's symbols) gets the model's 
 answer for each pair: OUTPUT is the candidate, SCORE its log-probability, ATTENTION its alignment,
 and TOKEN_LOG_PROBS FP32 [B, T] the log-probability of each of its tokens (</s> last, zero-padded).
 
+Running text (the native TransduceText over this protocol): a request with the parameter `text`
+true takes each TEXT element as running text (at most max_text_len characters, not max_input_len),
+read in the model's language into tokens whose words are each answered as a word is. Its outputs:
+OUTPUT BYTES [B] the pronunciation, words by `word_separator` (default " | " where phonemes are
+joined by spaces, else " "), punctuation in place as written; SCORE FP32 [B] the words' summed
+log-probability; SPOKEN BYTES [B] the text as read ("In ten sixty-six, three kings ..."); TOKENS
+BYTES [B] one JSON document per text: its tokens with kind, span, words, pronunciations, origins,
+alternatives and the attention on the text's characters. `alphabet` ("model", "arpabet", "ipa")
+asks for IPA from an ARPAbet model.
+
 A request that sets `n_best` gets every hypothesis: OUTPUT, SCORE and OUTPUT_LENGTH become
 [B, N], ATTENTION [B, N, T, S], and HYPOTHESIS_COUNT INT32 [B] says how many of the N are real
 (beam search may finish fewer); missing hypotheses are "" with SCORE -inf and length 0.
 """
 from __future__ import annotations
 
+import json
 import struct
 from dataclasses import dataclass
 
 import numpy as np
 
+from service.answering.reading import TextAnswer
 from service.config import ServerConfig
 from service.domain import BadRequest, Decoded, DecodeOptions
 from service.engine.bundle import Bundle
-from service.transport.convert import has_attention
+from service.transport.convert import check_text_options, has_attention
 
 INPUT = "TEXT"
 # name -> (datatype, shape); -1 marks a dimension that varies per request.
@@ -46,11 +58,13 @@ OUTPUTS = {
 TARGET = "TARGET"  # optional second input: score these outputs
 N_BEST_OUTPUTS = {"HYPOTHESIS_COUNT": ("INT32", [-1])}  # only for a request that sets n_best
 SCORE_OUTPUTS = {"TOKEN_LOG_PROBS": ("FP32", [-1, -1])}  # only for a request with TARGET
+TEXT_OUTPUTS = {"OUTPUT": ("BYTES", [-1]), "SCORE": ("FP32", [-1]), "SPOKEN": ("BYTES", [-1]),
+                "TOKENS": ("BYTES", [-1])}  # a request with the parameter text: true
 _LENGTH_PREFIX = struct.Struct("<I")  # BYTES raw format: a 4-byte little-endian length before each element
 # parameter -> the Python type each binding must hand over (bool is not an int here)
 PARAMETERS = {"max_output_len": int, "return_attention": bool, "beam_size": int, "n_best": int,
               "length_penalty_alpha": float, "attention_mode": str, "top_k": int, "bypass_lexicon": bool,
-              "allow_unknown_symbols": bool}
+              "allow_unknown_symbols": bool, "text": bool, "word_separator": str, "alphabet": str}
 
 
 @dataclass(frozen=True)
@@ -60,6 +74,10 @@ class InferCall:
     options: DecodeOptions
     per_hypothesis: bool  # the request set n_best: [B, N, ...] outputs
     targets: list[str] | None = None  # TARGET: score these instead of decoding
+    text: bool = False  # the parameter text: each TEXT element is running text
+    alphabet: str = ""
+    separator: str | None = None
+    return_attention: bool = True
 
 
 def outputs_of(bundle: Bundle) -> dict:
@@ -67,12 +85,12 @@ def outputs_of(bundle: Bundle) -> dict:
     return {n: v for n, v in OUTPUTS.items() if n != "ATTENTION" or has_attention(bundle.manifest)}
 
 
-def check_texts(items: list[bytes] | list[str], limits: ServerConfig) -> list[str]:
+def check_texts(items: list[bytes] | list[str], limits: ServerConfig, text: bool = False) -> list[str]:
     if not items:
         raise BadRequest(f"{INPUT} is empty: send at least one input")
     if len(items) > limits.max_inputs_per_request:
         raise BadRequest(f"{INPUT} has {len(items)} elements; at most {limits.max_inputs_per_request} per request")
-    texts = []
+    texts, text_call = [], text
     for i, item in enumerate(items):
         try:
             text = item if isinstance(item, str) else item.decode("utf-8")
@@ -80,7 +98,10 @@ def check_texts(items: list[bytes] | list[str], limits: ServerConfig) -> list[st
             raise BadRequest(f"{INPUT}[{i}] is not valid UTF-8") from None
         if not text.strip():
             raise BadRequest(f"{INPUT}[{i}] is empty")
-        if len(text) > limits.max_input_len:
+        if text_call and len(text) > limits.max_text_len:
+            raise BadRequest(f"{INPUT}[{i}] has {len(text)} characters; the limit is max_text_len "
+                             f"({limits.max_text_len})")
+        if not text_call and len(text) > limits.max_input_len:
             raise BadRequest(f"{INPUT}[{i}] has {len(text)} characters; the limit is {limits.max_input_len}")
         texts.append(text)
     return texts
@@ -107,12 +128,13 @@ def _options(params: dict) -> DecodeOptions:
         raise BadRequest(f"parameter {e}") from None
 
 
-def check_inputs(tensors: dict[str, list], limits: ServerConfig) -> tuple[list[str], list[str] | None]:
+def check_inputs(tensors: dict[str, list], limits: ServerConfig, params: dict | None = None,
+                 ) -> tuple[list[str], list[str] | None]:
     """TEXT, and TARGET when given (one per TEXT element): the binding has decoded each tensor's
-    elements; here their names, counts and contents are checked."""
+    elements; here their names, counts and contents are checked (a text call's: max_text_len)."""
     if set(tensors) not in ({INPUT}, {INPUT, TARGET}):
         raise BadRequest(f"inputs must be {INPUT}, or {INPUT} and {TARGET}; got {sorted(tensors)}")
-    texts = check_texts(tensors[INPUT], limits)
+    texts = check_texts(tensors[INPUT], limits, text=(params or {}).get("text") is True)
     if TARGET not in tensors:
         return texts, None
     targets = tensors[TARGET]
@@ -130,6 +152,8 @@ def check_call(texts: list[str], params: dict, requested: list[str], bundle: Bun
     """Validate a call's parameters and requested outputs against the model (its inputs were
     checked by check_inputs, its model and version found by the binding)."""
     options = _options(dict(params))
+    if params.get("text") is True:
+        return _text_call(texts, params, requested, bundle, targets, options)
     per_hypothesis = "n_best" in params and targets is None
     attention = has_attention(bundle.manifest)
     return_attention = params.get("return_attention", True) and attention
@@ -145,6 +169,56 @@ def check_call(texts: list[str], params: dict, requested: list[str], bundle: Bun
     if options.attention_mode != "soft" and not attention:
         raise BadRequest(f"parameter attention_mode {options.attention_mode!r}: model {bundle.name!r} has no attention")
     return InferCall(texts=texts, outputs=outputs, options=options, per_hypothesis=per_hypothesis, targets=targets)
+
+
+def _text_call(texts: list[str], params: dict, requested: list[str], bundle: Bundle, targets, options) -> InferCall:
+    if targets is not None:
+        raise BadRequest(f"parameter text: running text is read, not scored; send no {TARGET}")
+    if "n_best" in params:
+        raise BadRequest("parameter n_best is for words; a text's words get one pronunciation each")
+    outputs = requested or list(TEXT_OUTPUTS)
+    for name in outputs:
+        if name not in TEXT_OUTPUTS:
+            raise BadRequest(f"unknown output {name!r} for text: true; the model has {list(TEXT_OUTPUTS)}")
+    separator = params.get("word_separator")
+    check_text_options(params.get("alphabet", ""), separator)
+    return InferCall(texts=texts, outputs=outputs, options=options, per_hypothesis=False, text=True,
+                     alphabet=params.get("alphabet", ""), separator=separator,
+                     return_attention=params.get("return_attention", True) and has_attention(bundle.manifest))
+
+
+def text_json(answer: TextAnswer, return_attention: bool) -> dict:
+    """One text's TOKENS element: its tokens, their words and the words' attention on the text."""
+    def word(w):
+        out = {"text": w.word.text, "start": w.word.start, "end": w.word.end, "pronunciation": w.text,
+               "tokens": w.tokens, "origin": w.hyp.origin, "log_prob": w.hyp.score,
+               "alternatives": list(w.alternatives), "choice": w.choice}
+        if return_attention and w.char_attn is not None:
+            out["char_attention"] = {"rows": w.char_attn.shape[0], "cols": w.char_attn.shape[1],
+                                     "weights": w.char_attn.ravel().tolist()}
+        return out
+    return {"spoken": answer.spoken, "pronunciation": answer.pronunciation, "tokens": [
+        {"text": t.token.text, "kind": t.token.kind, "start": t.token.start, "end": t.token.end,
+         "spoken": t.token.spoken if t.words else "", "unread": list(t.token.unread),
+         "words": [word(w) for w in t.words]} for t in answer.tokens]}
+
+
+def text_output_array(name: str, answers: list[TextAnswer], return_attention: bool):
+    B = len(answers)
+    if name == "SCORE":
+        return [B], np.array([a.score for a in answers], dtype="<f4")
+    if name == "OUTPUT":
+        return [B], [a.pronunciation.encode("utf-8") for a in answers]
+    if name == "SPOKEN":
+        return [B], [a.spoken.encode("utf-8") for a in answers]
+    return [B], [json.dumps(text_json(a, return_attention), ensure_ascii=False).encode("utf-8") for a in answers]
+
+
+def output_of(call: InferCall, name: str, answers, joiner: str):
+    """One output tensor of the call as (shape, values), a text call's or a word call's."""
+    if call.text:
+        return text_output_array(name, answers, call.return_attention)
+    return output_array(name, answers, joiner, call.per_hypothesis)
 
 
 def output_array(name: str, hyps: list[list[Decoded]], joiner: str, per_hypothesis: bool):
@@ -209,11 +283,15 @@ def raw_of(values) -> bytes:
 
 
 def datatype_of(name: str) -> str:
-    return (OUTPUTS | N_BEST_OUTPUTS | SCORE_OUTPUTS)[name][0]
+    return (OUTPUTS | N_BEST_OUTPUTS | SCORE_OUTPUTS | TEXT_OUTPUTS)[name][0]
 
 
 async def run(answerer, call: InferCall, deadline_s: float | None):
-    """The call's answers, each input's hypotheses: decoded, or its TARGET scored."""
+    """The call's answers, each input's hypotheses: decoded, or its TARGET scored; a text call's
+    TextAnswers."""
+    if call.text:
+        return await answerer.transduce_text(call.texts, call.options, deadline_s, call.alphabet, call.separator,
+                                             call.return_attention)
     if call.targets is None:
         return await answerer.transduce(call.texts, call.options, deadline_s)
     scored = await answerer.score(list(zip(call.texts, call.targets)), call.options, deadline_s)

@@ -194,6 +194,20 @@ class TransducerServicer(ModelServicer):
         scored = await answerer.score(call.pairs, deadline_s=deadline_s)
         return convert.to_score_response(scored, call, answerer.tgt_joiner, bundle.name, bundle.version)
 
+    async def TransduceText(self, request: pb.TransduceTextRequest, context) -> pb.TransduceTextResponse:
+        served = Served()
+        return await observe(self.metrics, "TransduceText", served, context,
+                             self._transduce_text(request, deadline_of(context), served))
+
+    async def _transduce_text(self, request: pb.TransduceTextRequest, deadline_s: float | None,
+                              served: Served) -> pb.TransduceTextResponse:
+        call = convert.parse_text(request, self.limits)
+        answerer, bundle = self._ready(call.model_name, served)  # no await before enqueuing: see _transduce
+        convert.check_version(call.model_version, bundle.name, bundle.version)
+        answers = await answerer.transduce_text(call.texts, call.options, deadline_s, call.alphabet, call.separator,
+                                                call.return_attention)
+        return convert.to_text_response(answers, call, bundle.name, bundle.version)
+
     async def _model_info(self, name: str, served: Served) -> pb.ModelInfo:
         answerer, bundle = self._ready(name, served)
         return convert.to_model_info(bundle.manifest, answerer.precision)
@@ -217,4 +231,7 @@ def handler(servicer: TransducerServicer) -> grpc.GenericRpcHandler:
         "Score": grpc.unary_unary_rpc_method_handler(
             servicer.Score, request_deserializer=pb.ScoreRequest.FromString,
             response_serializer=pb.ScoreResponse.SerializeToString),
+        "TransduceText": grpc.unary_unary_rpc_method_handler(
+            servicer.TransduceText, request_deserializer=pb.TransduceTextRequest.FromString,
+            response_serializer=pb.TransduceTextResponse.SerializeToString),
     })

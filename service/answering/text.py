@@ -1,0 +1,251 @@
+"""Running text -> tokens, each with its characters in the text and the words it is read as.
+
+    "In 1066, 3 kings met on the 14th."
+    -> In (word) | 1066 (number: ten sixty-six) | , (punctuation) | 3 (number: three) | ... |
+       14th (number: fourteenth) | . (punctuation)
+
+Every character of the text but whitespace is in exactly one token, with its span [start, end): a
+character that cannot be read is a token too, flagged (`unread`), never dropped. Numbers (cardinals,
+ordinals, years, decades, decimals with the language's mark, negatives, currency, clock times),
+abbreviations and titles (the language's data file, textrules.py), initials, acronyms (spelled or
+read: the lexicon, then a rule), inner apostrophes (don't, Smith's) and hyphens (well-known: two
+words and the hyphen) are read in the model's language. Pure: no model, no I/O; what the model can
+read and what its lexicon has come in as two functions.
+"""
+from __future__ import annotations
+
+import re
+import sys
+import unicodedata
+from dataclasses import dataclass
+from typing import Callable
+
+from service.answering import numbers
+from service.answering.textrules import TextRules
+
+WORD, NUMBER, ABBREVIATION, PUNCTUATION, SYMBOL = "word", "number", "abbreviation", "punctuation", "symbol"
+KINDS = (WORD, NUMBER, ABBREVIATION, PUNCTUATION, SYMBOL)
+CLOSING = set("\"')]}\u201d\u2019\u00bb")  # what may follow a sentence's last full stop
+SHOUTING = 0.7  # a text whose words are mostly capitals is shouted, not made of acronyms
+# English syllable onsets an acronym may start with and still be read as a word (NATO, SCUBA)
+ONSETS = {"bl", "br", "ch", "cl", "cr", "dr", "fl", "fr", "gl", "gr", "kn", "ph", "pl", "pr", "qu", "sc", "sh", "sk",
+          "sl", "sm", "sn", "sp", "st", "sw", "th", "tr", "tw", "wh", "wr"}
+
+
+def _mark_class() -> str:
+    """Every combining mark (Unicode M*) as a character class: a letter's accent is part of its word."""
+    ranges, start, prev = [], None, None
+    for cp in range(0x300, sys.maxunicode + 1):
+        if unicodedata.category(chr(cp)).startswith("M"):
+            if start is None or cp != prev + 1:
+                if start is not None:
+                    ranges.append((start, prev))
+                start = cp
+            prev = cp
+    ranges.append((start, prev))
+    return "".join(re.escape(chr(a)) if a == b else f"{re.escape(chr(a))}-{re.escape(chr(b))}" for a, b in ranges)
+
+
+MARKS = _mark_class()
+LETTER = rf"(?:[^\W\d_][{MARKS}]*)"
+
+
+@dataclass(frozen=True)
+class Spoken:
+    """One word to pronounce, and the characters of the text it reads."""
+
+    text: str  # as read: "eighteen", "smith's"
+    start: int
+    end: int
+    letters: tuple[int, ...] | None = None  # per character of `text` its index in the text; None: it reads [start, end) whole
+
+
+@dataclass(frozen=True)
+class Token:
+    text: str  # the characters of the text, as written
+    kind: str  # one of KINDS
+    start: int
+    end: int
+    spoken: str = ""  # what it is read as ("eighteen thirty-five"); "" for punctuation and what is unread
+    words: tuple[Spoken, ...] = ()
+    unread: tuple[int, ...] = ()  # positions in the text of characters that cannot be read (flagged)
+
+
+def _scanner(rules: TextRules) -> re.Pattern:
+    dec, thou = re.escape(rules.decimal), "[" + re.escape(rules.thousands) + "]"
+    num = rf"\d{{1,3}}(?:{thou}\d{{3}})+(?!\d)(?:{dec}\d+)?|\d+(?:{dec}\d+)?"
+    alternatives = []
+    if rules.currencies:
+        signs = "|".join(re.escape(s) for s in sorted(rules.currencies, key=len, reverse=True))
+        alternatives += [rf"(?P<cur>{signs})\s?(?P<camount>{num})", rf"(?P<camount2>{num})\s?(?P<cur2>{signs})"]
+    alternatives.append(r"(?P<hours>[01]?\d|2[0-4]):(?P<minutes>[0-5]\d)(?!\d)"
+                        r"(?:\s?(?P<meridiem>(?i:[ap]\.m\.|[ap]m))(?!\w))?")
+    if rules.english:
+        alternatives.append(r"(?P<decade>['\u2019]\d{2}|\d{2}|\d{4})s(?!\w)")
+    if rules.ordinals:
+        suffixes = "|".join(re.escape(s) for s in rules.ordinals)
+        alternatives.append(rf"(?P<ordinal>\d+)(?i:{suffixes})(?!\w)")
+    alternatives.append(rf"(?P<negative>(?<![\w.,])[-\u2212])?(?P<number>{num})")
+    if rules.abbreviations:
+        forms = sorted(rules.abbreviations, key=len, reverse=True)
+        alternatives.append("(?P<abbreviation>" + "|".join(
+            rf"(?<!\w){re.escape(f)}" + (r"(?!\w)" if f[-1].isalnum() else "") for f in forms) + ")")
+    alternatives += [rf"(?P<initial>{LETTER})\.(?!\w)",
+                     rf"(?P<word>{LETTER}+(?:['\u2019]{LETTER}+)*)",
+                     r"(?P<ellipsis>\.{2,}|\u2026)", r"(?P<other>\S)"]
+    return re.compile("|".join(alternatives))
+
+
+class TextReader:
+    """Reads texts by one language's rules. known(word): the lexicon has it; unreadable(word): the
+    positions in it of characters the model's alphabet cannot read."""
+
+    def __init__(self, rules: TextRules, known: Callable[[str], bool] = lambda w: False,
+                 unreadable: Callable[[str], list[int]] = lambda w: []):
+        self.rules, self.known, self.unreadable = rules, known, unreadable
+        self.scanner = _scanner(rules)
+
+    def read(self, text: str) -> list[Token]:
+        matches = list(self.scanner.finditer(text))
+        words = [m.group() for m in matches if m.lastgroup == "word"]
+        letters = [c for w in words for c in w if c.isalpha()]
+        shouting = len(words) >= 3 and sum(c.isupper() for c in letters) >= SHOUTING * len(letters)
+        tokens: list[Token] = []
+        for i, m in enumerate(matches):
+            before = matches[i - 1] if i else None
+            after = matches[i + 1] if i + 1 < len(matches) else None
+            tokens += self._token(text, m, before, after, shouting)
+        return [self._checked(t) for t in tokens]
+
+    def _token(self, text: str, m: re.Match, before, after, shouting: bool) -> list[Token]:
+        kind, start, end, written = m.lastgroup, m.start(), m.end(), m.group()
+        if kind in ("camount", "cur", "camount2", "cur2", "hours", "minutes", "meridiem", "decade", "ordinal",
+                    "negative", "number"):
+            return self._number(text, m)
+        if kind == "abbreviation":
+            return self._abbreviation(text, m, before, after)
+        if kind == "initial":
+            letter = m.group("initial")
+            if not letter.isupper():
+                return [self._word(letter, start, shouting), Token(".", PUNCTUATION, end - 1, end)]
+            return self._sentence_end(text, Token(written, ABBREVIATION, start, end, *self._spelled(letter, start)))
+        if kind == "word":
+            return [self._word(written, start, shouting)]
+        if kind == "ellipsis":
+            return [Token(written, PUNCTUATION, start, end)]
+        if written in self.rules.symbols:  # `other`: one character
+            spoken = self.rules.symbols[written]
+            return [Token(written, SYMBOL, start, end, spoken, tuple(Spoken(w, start, end) for w in spoken.split()))]
+        if unicodedata.category(written).startswith("P"):
+            return [Token(written, PUNCTUATION, start, end)]
+        return [Token(written, SYMBOL, start, end, unread=(start,))]
+
+    def _number(self, text: str, m: re.Match) -> list[Token]:
+        rules, g = self.rules, m.groupdict()
+        start, end, written = m.start(), m.end(), m.group()
+        if rules.num2words is None:  # no number words in this language: flagged, not guessed
+            return [Token(written, NUMBER, start, end, unread=tuple(i for i in range(start, end) if not text[i].isspace()))]
+        if g["hours"] is not None:
+            spoken = numbers.clock(rules, g["hours"], g["minutes"], g["meridiem"])
+        elif g.get("decade") is not None:
+            spoken = numbers.decade(rules, g["decade"].lstrip("'\u2019"))
+        elif g.get("ordinal") is not None:
+            spoken = numbers.ordinal(rules, g["ordinal"])
+        else:
+            amount = g["number"] or g.get("camount") or g.get("camount2")
+            integer, _, fraction = amount.partition(rules.decimal) if rules.decimal in amount else (amount, "", None)
+            integer = re.sub("[" + re.escape(rules.thousands) + "]", "", integer)
+            code = rules.currencies.get(g.get("cur") or g.get("cur2") or "")
+            spoken = (numbers.money(rules, code, integer, fraction) if code
+                      else numbers.number(rules, integer, fraction, bool(g["negative"])))
+        token = Token(written, NUMBER, start, end, spoken, tuple(Spoken(w, start, end) for w in re.split(r"[\s\-]+", spoken) if w))
+        return self._sentence_end(text, token) if written.endswith(".") else [token]
+
+    def _abbreviation(self, text: str, m: re.Match, before, after) -> list[Token]:
+        start, end, written = m.start(), m.end(), m.group()
+        context = {"": True,
+                   "before_capital": after is not None and after.lastgroup == "word" and after.group()[0].isupper(),
+                   "after_capital": before is not None and before.lastgroup == "word" and before.group()[0].isupper(),
+                   "before_number": after is not None and after.group()[:1].isdigit(),
+                   "after_number": before is not None and before.group()[-1:].isdigit()}
+        for spoken, when in self.rules.abbreviations[written]:
+            if context[when]:
+                words = tuple(Spoken(w, start, end) for w in spoken.split())
+                return self._sentence_end(text, Token(written, ABBREVIATION, start, end, spoken, words))
+        if written.endswith("."):  # no reading fits here: a word and its full stop
+            return [self._word(written[:-1], start, False), Token(".", PUNCTUATION, end - 1, end)]
+        return [self._word(written, start, False)]
+
+    def _sentence_end(self, text: str, token: Token) -> list[Token]:
+        """An abbreviation's full stop that also ends the text is the text's full stop as well: it
+        is kept as punctuation (a reader of the output must see the sentence end)."""
+        if not token.text.endswith(".") or any(not c.isspace() and c not in CLOSING for c in text[token.end:]):
+            return [token]
+        cut = Token(token.text[:-1], token.kind, token.start, token.end - 1, token.spoken,
+                    tuple(Spoken(w.text, w.start, min(w.end, token.end - 1), w.letters) for w in token.words))
+        return [cut, Token(".", PUNCTUATION, token.end - 1, token.end)]
+
+    def _word(self, written: str, start: int, shouting: bool) -> Token:
+        end = start + len(written)
+        plain = written.replace("\u2019", "'")
+        if not shouting and len(plain) >= 2 and plain.isalpha() and plain.isupper():  # an acronym
+            if len(plain) == 2 or not (self.known(plain) or self._pronounceable(plain)):
+                return Token(written, ABBREVIATION, start, end, *self._spelled(plain, start))
+            return Token(written, ABBREVIATION, start, end, plain.lower(),
+                         (Spoken(plain.lower(), start, end, tuple(range(start, end))),))
+        return Token(written, WORD, start, end, plain, (Spoken(plain, start, end, tuple(range(start, end))),))
+
+    def _spelled(self, letters: str, start: int) -> tuple[str, tuple[Spoken, ...]]:
+        words = []
+        for i, c in enumerate(letters):
+            name = self.rules.letters.get(c.lower(), c.lower())
+            words += [Spoken(w, start + i, start + i + 1, tuple([start + i] * len(w)) if w == c.lower() else None)
+                      for w in name.split()]
+        return " ".join(w.text for w in words), tuple(words)
+
+    def _pronounceable(self, word: str) -> bool:
+        """Whether an acronym the lexicon lacks reads as a word: four letters or more with a vowel,
+        and in English no three consonants in a row and a syllable's onset first (NATO, not NTSB)."""
+        w = word.lower()
+        if len(w) < 4 or not any(c in "aeiou" for c in w):
+            return False
+        if not self.rules.english:
+            return True
+        runs = re.findall(r"[^aeiouy]+", w)
+        onset = re.match(r"[^aeiou]*", w).group()
+        return all(len(r) < 3 for r in runs) and (len(onset) <= 1 or onset in ONSETS)
+
+    def _checked(self, token: Token) -> Token:
+        """Flag what the model cannot read: a word's own characters where they are outside its
+        alphabet, a derived word's (a number's, an abbreviation's) whole token."""
+        if token.unread or not token.words:
+            return token
+        unread: set[int] = set()
+        for w in token.words:
+            bad = self.unreadable(w.text)
+            if bad and w.letters is not None:
+                unread.update(w.letters[i] for i in bad)
+            elif bad:
+                unread.update(i for i in range(token.start, token.end) if not token.text[i - token.start].isspace())
+        if not unread:
+            return token
+        return Token(token.text, token.kind, token.start, token.end, token.spoken, token.words, tuple(sorted(unread)))
+
+
+def spoken_text(text: str, tokens: list[Token]) -> str:
+    """The text as it is read: each token's spoken form, punctuation in place, the text's own spacing."""
+    return joined(text, tokens, [t.spoken if t.words else t.text for t in tokens], " ")
+
+
+def joined(text: str, tokens: list[Token], parts: list[str], separator: str) -> str:
+    """Tokens' parts in order: `separator` where the text has whitespace between two tokens or two
+    words meet, nothing where punctuation touches its neighbour in the text."""
+    out = []
+    for i, (token, part) in enumerate(zip(tokens, parts)):
+        if i:
+            prev = tokens[i - 1]
+            gap = text[prev.end:token.start]
+            touching = not gap and (prev.kind == PUNCTUATION or token.kind == PUNCTUATION or not prev.words or not token.words)
+            out.append("" if touching else separator)
+        out.append(part)
+    return "".join(out)
