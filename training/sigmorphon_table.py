@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from training.sigmorphon import BASELINE_MACRO, BEAM, LANGS, MODELS, SUBTASKS, TARGETS
+from training.sigmorphon import BASELINE_MACRO, BEAM, LANGS, MODELS, RECIPES, SUBTASKS, TARGETS
 
 HEADER = """# SIGMORPHON 2021 Task 1 (multilingual G2P): our models on the task's own splits
 
@@ -69,8 +69,19 @@ def subtask_lines(subtask: str) -> list[str]:
     return lines
 
 
+def recipe_lines() -> list[str]:
+    lines = ["## Recipes", "", "Each subtask's `python -m training.train` flags (training/sigmorphon.py RECIPES); several "
+             "seeds are exported as their ensemble.", ""]
+    for subtask in SUBTASKS:
+        r = RECIPES[subtask]
+        extra = "; plus CMUdict in the task's IPA, marked (training/sigmorphon_english.py)" if r.cmudict_ipa else ""
+        lines.append(f"- **{subtask}** (seeds {', '.join(map(str, r.seeds))}{extra}): `{' '.join(r.flags)}`")
+    return lines + [""]
+
+
 def write_table(path: Path) -> None:
     lines = [HEADER]
     for subtask in SUBTASKS:
         lines += subtask_lines(subtask)
+    lines += recipe_lines()
     path.write_text("\n".join(lines), encoding="utf-8")
