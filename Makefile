@@ -150,6 +150,17 @@ bench: $(VENV)/.dev-installed $(LOADGEN)
 	$(PIP) install -q -e ".[dev,bench]"
 	$(PY) -m bench.run --bundle $(MODEL_DIR)/$(MODEL_VERSION) --loadgen $(LOADGEN)
 
+# Not part of `make bench` (its own server and peers): running English text (bench/corpus/english.txt) through
+# the text call, sentence per call at concurrency 16 with the C++ load generator, beside espeak-ng through
+# phonemizer and gruut in process. Results in bench/results/text.{json,md}.
+BENCH_TEXT_DEPS := espeak-ng
+.PHONY: bench-text
+bench-text: $(VENV)/.dev-installed $(LOADGEN)
+	@command -v espeak-ng >/dev/null || $(APT_INSTALL) $(BENCH_TEXT_DEPS) || \
+	  { $(SUDO) apt-get update -q && $(APT_INSTALL) $(BENCH_TEXT_DEPS); }
+	$(PIP) install -q -e ".[dev,bench]"
+	$(PY) -m bench.text --bundle $(MODEL_DIR) --loadgen $(LOADGEN)
+
 # Every model variant, each trained for the same minutes from the same seed, exported with the parity
 # check and measured through the ONNX engine, beside g2p-en and published results: docs/RESULTS.md.
 # 11 variants: REPORT_MINUTES=10 takes about 2.5 hours on 2 cores.

@@ -207,6 +207,7 @@ def test_every_registered_method_refuses_garbage_and_survives_random_messages(se
     # Reflection found the services the server registers, not a subset.
     assert {"attnserve.v1.Transducer", "inference.GRPCInferenceService", "grpc.health.v1.Health",
             "grpc.reflection.v1alpha.ServerReflection"} <= set(services)
+    assert "/attnserve.v1.Transducer/TransduceText" in by_method  # the text call, named: reflection lists it
     assert health.status == health_pb2.HealthCheckResponse.SERVING
     assert reply.results[0].output_tokens and reply.results[0].attention.rows >= len(reply.results[0].output_tokens)
     assert "Traceback" not in log.read_text(), log.read_text()[-3000:]

@@ -273,3 +273,14 @@ async def test_the_client_reads_texts_from_stdin(server):
     assert out.decode().splitlines() == ["Hello, world!\tHH AH L OW, | W ER L D!",
                                          "In 1066.\tIH N | T EH N | S IH K S T IY | S IH K S."]
 
+
+
+async def test_the_bench_corpus_loses_nothing(stub):
+    """Every sentence of bench/corpus/english.txt: spans cover it, its punctuation comes back in place."""
+    sentences = [s.strip() for s in (REPO / "bench" / "corpus" / "english.txt").read_text().splitlines() if s.strip()]
+    for start in range(0, len(sentences), 50):
+        batch = sentences[start:start + 50]
+        for text, r in zip(batch, await read(stub, *batch, return_attention=False)):
+            check_cover(text, r)
+            check_punctuation_kept(text, r)
+            assert r.complete, text

@@ -12,6 +12,7 @@ alphabet) and batcher. Knows nothing of gRPC.
 """
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import replace
 
 from service.answering.cache import ResponseCache
@@ -26,6 +27,9 @@ from service.domain import GREEDY, Decoded, DecodeOptions, InvalidInput, NotRead
 from service.engine.engine import Engine
 from service.metrics import ModelMetrics
 from service.scheduling.batcher import Batcher
+
+
+UNREADABLE_ENTRIES = 50000  # words whose readability is remembered (emptied whole when full)
 
 
 class Answerer:
@@ -43,6 +47,7 @@ class Answerer:
         self.precision = engine.precision
         self.is_arpabet = is_arpabet(engine.tgt_vocab)
         self.text_rules = text_rules or TextRules()
+        self._unreadable_seen: dict[str, list[int]] = {}  # running text repeats its words
         self._reading = Reading(self, TextReader(self.text_rules, self._known, self._unreadable))
 
     async def transduce(self, texts: list[str], options: DecodeOptions = GREEDY,
@@ -88,8 +93,20 @@ class Answerer:
         if self.engine.src_tokens_kind != "chars":
             return [] if self.engine.tokenize(word) and not self.engine.unknown_symbols(self.engine.tokenize(word)) \
                 else list(range(len(word)))
-        alphabet = self.engine.alphabet
-        return [i for i, c in enumerate(word) if any(n not in alphabet for n in self.engine.normalize(c))]
+        seen = self._unreadable_seen.get(word)
+        if seen is None:
+            alphabet = self.engine.alphabet
+            seen = [] if alphabet.issuperset(self.engine.normalize(word)) else \
+                [i for i, c in enumerate(word) if any(n not in alphabet for n in self.engine.normalize(c))]
+            if len(self._unreadable_seen) >= UNREADABLE_ENTRIES:
+                self._unreadable_seen.clear()
+            self._unreadable_seen[word] = seen
+        return seen
+
+    async def answer_words(self, sources: list[list[str]], options: DecodeOptions,
+                           deadline_s: float | None) -> list[list[Decoded]]:
+        """Single words already tokenized and checked (a text's): from the cache, the lexicon or the model."""
+        return await self._answer(sources, options, deadline_s)
 
     async def _answer(self, sources: list[list[str]], options: DecodeOptions,
                       deadline_s: float | None) -> list[list[Decoded]]:
@@ -117,8 +134,8 @@ class Answerer:
                     out[i] = [replace(h, unknown_positions=unknown) for h in out[i]]
                 if cache is self.cache:  # the overrides did not change meanwhile
                     cache.put((tuple(sources[i]), options), out[i])
-        for hyps in out:
-            self.metrics.answers.labels(hyps[0].origin).inc()
+        for origin, n in Counter(hyps[0].origin for hyps in out).items():  # once per origin: a text has many words
+            self.metrics.answers.labels(origin).inc(n)
         return out
 
     def set_overrides(self, overrides: dict) -> None:

@@ -17,6 +17,7 @@ from service.answering.text import PUNCTUATION, Spoken, Token, joined, spoken_te
 from service.domain import LEXICON, OVERRIDE, Decoded, DecodeOptions, InvalidInput
 
 ARPABET_WORDS, PLAIN_WORDS = " | ", " "  # the default word separators: phonemes joined by spaces, or not
+SAID_ENTRIES = 20000  # words' answers as shown, kept beside the response cache (emptied whole when full)
 
 
 @dataclass(frozen=True)
@@ -83,43 +84,59 @@ class Reading:
     def __init__(self, answerer, reader):
         self.answerer, self.reader = answerer, reader
         self.engine = answerer.engine
+        # A word's answer as shown, kept while the answer it was made from is the one the answerer
+        # gives (the same object, out of its response cache): running text repeats its words.
+        self._said: dict = {}
 
     async def read(self, texts: list[str], options: DecodeOptions, deadline_s: float | None,
                    alphabet: str = "", separator: str | None = None, attention: bool = True) -> list[TextAnswer]:
         options = replace(options, n_best=1, beam_size=min(options.beam_size, 16))
         read = [self.reader.read(t) for t in texts]
-        words: dict[tuple[str, ...], str] = {}  # tokenized -> the word as sent, once per call
+        keys: dict[str, tuple[str, ...]] = {}  # each word as written -> as the model tokenizes it, once per call
         for tokens in read:
             for t in tokens:
                 if t.words and (not t.unread or options.allow_unknown):
                     for w in t.words:
-                        words.setdefault(tuple(self.engine.tokenize(w.text)), w.text)
-        keys = list(words)
-        answers = dict(zip(keys, await self.answerer.transduce(list(words.values()), options, deadline_s))) if keys else {}
+                        if w.text not in keys:
+                            keys[w.text] = tuple(self.engine.tokenize(w.text))
+        unique = list(dict.fromkeys(keys.values()))
+        answers = dict(zip(unique, await self.answerer.answer_words([list(k) for k in unique], options, deadline_s)))
         ipa = alphabet == IPA
         if separator is None:
             separator = PLAIN_WORDS if ipa or self.answerer.tgt_joiner == "" else ARPABET_WORDS
-        return [self._text(text, tokens, answers, options, ipa, separator, attention)
+        return [self._text(text, tokens, keys, answers, options, ipa, separator, attention)
                 for text, tokens in zip(texts, read)]
 
-    def _text(self, text: str, tokens: list[Token], answers: dict, options: DecodeOptions, ipa: bool,
+    def _text(self, text: str, tokens: list[Token], keys: dict, answers: dict, options: DecodeOptions, ipa: bool,
               separator: str, attention: bool) -> TextAnswer:
         out, parts = [], []
         for token in tokens:
             said = []
             if token.words and (not token.unread or options.allow_unknown):
-                said = [self._word(w, answers[tuple(self.engine.tokenize(w.text))][0], options, ipa, attention)
+                said = [self._word(w, keys[w.text], answers[keys[w.text]][0], options, ipa, attention)
                         for w in token.words]
             out.append(TokenAnswer(token, tuple(said)))
             parts.append(separator.join(w.text for w in said) if said else token.text)
         shown = [replace(t, words=()) if not a.words and t.kind != PUNCTUATION else t for t, a in zip(tokens, out)]
         return TextAnswer(text, tuple(out), spoken_text(text, tokens), joined(text, shown, parts, separator))
 
-    def _word(self, word: Spoken, hyp: Decoded, options: DecodeOptions, ipa: bool, attention: bool) -> WordAnswer:
+    def _word(self, word: Spoken, key: tuple[str, ...], hyp: Decoded, options: DecodeOptions, ipa: bool,
+              attention: bool) -> WordAnswer:
+        said = self._said.get((key, ipa, options))
+        if said is None or said[0] is not hyp:  # not seen, or answered anew since (a new cache, new overrides)
+            said = (hyp, *self._pronounced(key, hyp, options, ipa))
+            if len(self._said) >= SAID_ENTRIES:
+                self._said.clear()
+            self._said[(key, ipa, options)] = said
+        _, tokens, text, shown, choice = said
+        char_attn = char_attention(self.engine, word, hyp.attn) if attention and hyp.attn is not None else None
+        return WordAnswer(word, hyp, tokens, text, char_attn, shown, choice)
+
+    def _pronounced(self, key: tuple[str, ...], hyp: Decoded, options: DecodeOptions, ipa: bool):
+        """A word's answer as shown: its symbols and string in the alphabet asked for, the lexicon's
+        other pronunciations, and why this one."""
         joiner = self.answerer.tgt_joiner
-        found = None
-        if hyp.origin in (LEXICON, OVERRIDE):
-            found = self.answerer.lexicon.lookup(self.engine.tokenize(word.text))
+        found = self.answerer.lexicon.lookup(list(key)) if hyp.origin in (LEXICON, OVERRIDE) else None
         alternatives = []
         if found is not None:
             vocab = self.engine.tgt_vocab
@@ -130,9 +147,7 @@ class Reading:
         else:
             tokens, text = list(hyp.output_tokens), joiner.join(hyp.output_tokens)
             shown = tuple(joiner.join(a) for a in alternatives)
-        char_attn = char_attention(self.engine, word, hyp.attn) if attention and hyp.attn is not None else None
-        return WordAnswer(word, hyp, tokens, text, char_attn, shown,
-                          _choice(found, hyp.origin, options, self.answerer.cfg.lexicon))
+        return tokens, text, shown, _choice(found, hyp.origin, options, self.answerer.cfg.lexicon)
 
 
 def check_alphabet(alphabet: str, is_arpabet: bool, model_name: str) -> None:
