@@ -58,3 +58,21 @@ def test_a_language_is_trained_exported_scored_and_tabled_and_resumes_without_tr
     sigmorphon_table.write_table(doc)
     row = next(line for line in doc.read_text(encoding="utf-8").splitlines() if "`g2p-tiny`" in line)
     assert f"| {scores['test']['greedy']:.2f} |" in row and "| 20.00 |" in row
+
+
+def test_cmudict_in_the_task_ipa_is_marked_and_leaves_out_the_held_out_words(tmp_path):
+    from training.sigmorphon_english import MARK, to_ipa, write_targets
+
+    assert to_ipa(["N", "AY1", "T"]) == "n a ɪ t" and to_ipa(["AH0", "B", "AH1", "V"]) == "ə b ʌ v"
+    assert to_ipa(["B", "ER1", "D", "ER0"]) == "b ɝ d ɚ" and to_ipa(["JH", "AO1", "R", "JH"]) == "d͡ʒ ɔ ɹ d͡ʒ"
+    train, dev, test = (tmp_path / f"{s}.tsv" for s in ("train", "dev", "test"))
+    train.write_text("knight\tn a ɪ t\n", encoding="utf-8")
+    dev.write_text("above\tə b ʌ v\n", encoding="utf-8")
+    test.write_text("bird\tb ɝ d\n", encoding="utf-8")
+    out = tmp_path / "targets.tsv"
+    counts = write_targets(train, [dev, test], out)
+    lines = out.read_text(encoding="utf-8").splitlines()
+    assert lines[0] == "knight\tn a ɪ t" and counts["eng_us_train"] == 1 and counts["cmudict_ipa"] > 100_000
+    sources = {line.split("\t")[0] for line in lines[1:]}
+    assert all(s.startswith(MARK) for s in sources) and f"{MARK}knight" in sources
+    assert f"{MARK}above" not in sources and f"{MARK}bird" not in sources
