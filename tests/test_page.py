@@ -14,7 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.live import ThreadServer
+from service.engine.bundle import load_bundle
+from tests.live import ThreadServer, copy_bundle
 from tests.test_server import config
 
 WORDS = ["knight", "attention"]
@@ -203,3 +204,56 @@ def test_page_sends_the_bearer_token(tiny_bundle, browser, tmp_path, monkeypatch
         browser.find_element("id", "submit").click()
         _wait_state(browser, "done")
         assert browser.find_elements("css selector", "table.heatmap[data-word=a] td[data-weight]")
+
+
+@pytest.fixture(scope="module")
+def english_server(tiny_bundle, tmp_path_factory):
+    """The tiny model declared English: its texts' numbers are read in English."""
+    model_dir = tmp_path_factory.mktemp("page-en") / "tiny"
+    copy_bundle(load_bundle(tiny_bundle, "1").path, model_dir / "1", language="en")
+    with ThreadServer(config(model_dir)) as s:
+        yield s.server
+
+
+def test_page_reads_a_typed_sentence(english_server, browser):
+    """The text box: a sentence typed and sent with Enter comes back as the REST binding reads it (text:
+    true): the pronunciation with its punctuation, each token's span and kind, and each word's heat map
+    on the sentence's own characters, cell for cell."""
+    from selenium.webdriver.common.keys import Keys
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    port = english_server.metrics_port
+    browser.get(f"http://127.0.0.1:{port}/")
+    WebDriverWait(browser, 20).until(
+        lambda d: d.execute_script("return document.querySelector('#model option[value=tiny]') !== null"))
+    sentence = "in 1066, 3 kings met on the 14th."  # the tiny model reads lower case
+    _set(browser, "text", sentence)
+    browser.find_element("id", "text").send_keys(Keys.ENTER)
+    _wait_state(browser, "done")
+    assert not browser.find_element("id", "error").is_displayed()
+
+    body = {"inputs": [{"name": "TEXT", "datatype": "BYTES", "shape": [1], "data": [sentence]}],
+            "parameters": {"text": True}, "outputs": [{"name": "OUTPUT"}, {"name": "TOKENS"}]}
+    request = urllib.request.Request(f"http://127.0.0.1:{port}/v2/models/tiny/infer", data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"}, method="POST")
+    with urllib.request.urlopen(request, timeout=20) as r:
+        outputs = {o["name"]: o["data"][0] for o in json.loads(r.read())["outputs"]}
+    doc = json.loads(outputs["TOKENS"])
+    page = browser.execute_script("""return {
+      pronunciation: document.querySelector(".text .pronunciation").textContent,
+      spoken: document.querySelector(".text .spoken").textContent,
+      tokens: Array.from(document.querySelectorAll("table.tokens tbody tr")).map((r) =>
+        Array.from(r.querySelectorAll("td")).slice(0, 3).map((td) => td.textContent)),
+      maps: Array.from(document.querySelectorAll("table.heatmap.chars")).map((t) => ({
+        token: +t.dataset.token, word: +t.dataset.word,
+        cols: Array.from(t.querySelectorAll("thead th[scope=col]")).map((th) => th.textContent),
+        weights: Array.from(t.querySelectorAll("td")).map((td) => +td.dataset.weight)})),
+    };""")
+    assert page["pronunciation"] == outputs["OUTPUT"] and "," in page["pronunciation"] and page["pronunciation"][-1] == "."
+    assert page["spoken"] == "read as: in ten sixty-six, three kings met on the fourteenth."
+    assert page["tokens"] == [[f"{t['start']}\u2013{t['end']}", t["text"], t["kind"]] for t in doc["tokens"]]
+    words = [(t, k, w) for t, token in enumerate(doc["tokens"]) for k, w in enumerate(token["words"])]
+    assert [(m["token"], m["word"]) for m in page["maps"]] == [(t, k) for t, k, _ in words]
+    for m, (_, _, w) in zip(page["maps"], words):
+        assert m["cols"] == list(sentence[w["start"]:w["end"]])
+        assert np.allclose(m["weights"], w["char_attention"]["weights"], atol=1e-9)

@@ -248,6 +248,7 @@ def build_bundle(checkpoint: Path | list[Path], out: Path, name: str, version: s
     import onnx
     import onnxruntime
 
+    from service.answering.textrules import bundle_language
     from service.engine.bundle import load_bundle, write_manifest
     from service.config import EngineConfig
     from service.engine.engine import Engine
@@ -279,6 +280,8 @@ def build_bundle(checkpoint: Path | list[Path], out: Path, name: str, version: s
         "versions": {"torch": torch.__version__, "onnx": onnx.__version__, "onnxruntime": onnxruntime.__version__,
                      "python": platform.python_version()},
     }
+    if bundle_language(manifest):  # the language its running text is read in (service/answering/textrules.py)
+        manifest["language"] = bundle_language(manifest)
     if lexicon:
         manifest = write_lexicon(out, manifest)  # every pair of the corpus: the server answers those first
     write_manifest(out, manifest)
