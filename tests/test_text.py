@@ -1,5 +1,5 @@
-"""Running text end to end over a real server: the shipped g2p-en (CMUdict lexicon) and g2p-en-stress,
-and the tiny model declared French. Every normalization class with its spoken form written by hand,
+"""Running text end to end over a real server: the shipped g2p-en (CMUdict lexicon), g2p-en-stress and
+the SIGMORPHON Italian model, and the tiny model declared French. Every normalization class with its spoken form written by hand,
 punctuation in place, spans that cover the text, the attention mapped onto the text's characters,
 what the alphabet cannot read (flagged, nothing dropped), IPA, homographs, the length limit, the
 Open Inference Protocol's `text` parameter with a stock tritonclient call and over REST, the client.
@@ -52,7 +52,7 @@ def repository(tiny_bundle, tmp_path_factory):
     """The shipped English models (their version directories linked, not copied) and the tiny
     model declared French, in one repository."""
     root = tmp_path_factory.mktemp("text-models")
-    for name in ("g2p-en", "g2p-en-stress"):
+    for name in ("g2p-en", "g2p-en-stress", "g2p-ita"):
         (root / name).mkdir()
         (root / name / "1").symlink_to(REPO / "models" / name / "1")
     copy_bundle(load_bundle(tiny_bundle, "1").path, root / "tiny-fr" / "1", name="tiny-fr", language="fr")
@@ -214,6 +214,13 @@ async def test_the_models_own_text_rules_and_the_french_decimal_mark(stub):
     assert words_of(own) == "drive smith"  # models/<name>/text.tsv over the language's file
     fr = (await read(stub, "il a 4,16 et 3 000 000, le 1er.", model="tiny-fr"))[0]  # the tiny model reads lower case only
     assert words_of(fr) == "il a quatre virgule un six et trois millions le premier"
+
+
+async def test_a_sigmorphon_model_reads_numbers_in_its_own_language(stub):
+    """models/g2p-ita declares `ita`: numbers in Italian words, the decimal comma, the thousands point."""
+    r = (await read(stub, "costa 4,16 euro, il 50% di 1.000.000.", model="g2p-ita"))[0]
+    assert words_of(r) == "costa quattro virgola uno sei euro il cinquanta per cento di un milione"
+    assert r.complete and all(w.result.output_tokens for t in r.tokens for w in t.words)
 
 
 async def test_a_paragraph_passes_and_a_longer_text_is_refused_naming_the_limit(stub):
