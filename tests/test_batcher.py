@@ -1,4 +1,10 @@
-"""The batcher with a fake engine: batching, limits, overload, faults, cancellation."""
+"""The batcher with fake engines: batching, limits, overload, faults, cancellation.
+
+The fakes tell a test where the engine thread is (`Calls`: each call counted as it begins, any of
+them held until the test releases it), and admission's time comes from a `Clock` the test moves:
+these tests wait on events and decide by virtual time, never by sleeping, so a busy machine
+changes nothing they check.
+"""
 import asyncio
 import threading
 import time
@@ -13,21 +19,72 @@ from service.config import AnswerConfig, BatcherConfig, parse_config
 from service.metrics import Metrics
 from service.scheduling import lengths
 
+HOLD_S = 60  # bounds a hang only: a held call or an awaited one that never comes fails after this
 
-class FakeEngine:
-    """Echoes each source upper-cased; records every batch it is given."""
 
-    tgt_joiner = " "
-    precision = "fp32"
+class Calls:
+    """The engine calls begun so far, counted as each begins; a test can hold any of them, or all
+    of them while `gate` is cleared."""
 
-    def __init__(self, delay_s=0.0, fail_on=None):
-        self.batches: list[list[str]] = []
-        self.delay_s = delay_s
-        self.fail_on = fail_on
+    def __init__(self):
+        self._changed = threading.Condition()
+        self.begun = 0
+        self._holds: dict[int, threading.Event] = {}
         self.gate = threading.Event()
         self.gate.set()
 
+    def hold(self, index: int) -> threading.Event:
+        """Call number `index` (from 0), once begun, waits until the returned event is set."""
+        self._holds[index] = threading.Event()
+        return self._holds[index]
+
+    def begin(self) -> None:
+        """Engine thread: a call begins, and waits while held."""
+        with self._changed:
+            index, self.begun = self.begun, self.begun + 1
+            self._changed.notify_all()
+        for event in (self._holds.get(index), self.gate):
+            if event is not None and not event.wait(HOLD_S):
+                raise TimeoutError(f"engine call {index} was held {HOLD_S} s and never released")
+
+    async def reached(self, n: int) -> None:
+        """Until n calls have begun (waited for in a thread: they begin in the engine's)."""
+        def wait():
+            with self._changed:
+                if not self._changed.wait_for(lambda: self.begun >= n, HOLD_S):
+                    raise TimeoutError(f"{self.begun} engine calls began in {HOLD_S} s, not {n}")
+        await asyncio.to_thread(wait)
+
+
+class Clock:
+    """The batcher's clock in tests of what it decides by time: it moves only when told to."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self.now_s = 0.0
+
+    def __call__(self) -> float:
+        return self.now_s
+
+    def advance(self, seconds: float) -> None:
+        with self._lock:
+            self.now_s += seconds
+
+
+class FakeEngine:
+    """Echoes each source upper-cased (one output id a symbol, then </s>); records every batch it
+    is given. With a clock, each call takes `call_s` of it."""
+
+    tgt_joiner = " "
+    tgt_vocab = ()  # answering reads it (an ARPAbet model's text has an IPA form): none here
+    precision = "fp32"
     src_tokens_kind = "words"  # no compound splitting (service/answering/compound.py): one text, one source
+
+    def __init__(self, clock: Clock | None = None, call_s: float = 0.0, fail_on: str | None = None):
+        self.batches: list[list[str]] = []
+        self.calls = Calls()
+        self.clock, self.call_s = clock, call_s
+        self.fail_on = fail_on
 
     def tokenize(self, text):
         return list(text.strip())
@@ -36,21 +93,22 @@ class FakeEngine:
         return []
 
     def decode(self, sources, max_output_lens=None, top_k=None):
-        self.gate.wait(5)
+        self.calls.begin()
         words = ["".join(s) for s in sources]
         self.batches.append(words)
-        time.sleep(self.delay_s)
-        if self.fail_on and self.fail_on in words:
+        if self.clock is not None:
+            self.clock.advance(self.call_s)
+        if self.fail_on in words:
             raise RuntimeError(f"engine failed on {self.fail_on}")
-        return [Decoded(src_tokens=s, output_ids=[], output_tokens=[t.upper() for t in s], score=-1.0,
-                        attn=np.eye(len(s), dtype=np.float32), finished=True) for s in sources]
+        return [Decoded(src_tokens=s, output_ids=list(range(len(s))), output_tokens=[t.upper() for t in s],
+                        score=-1.0, attn=np.eye(len(s), dtype=np.float32), finished=True) for s in sources]
 
 
-def answering(engine, batcher_cls=None, metrics=None, cache_entries=0, **cfg) -> Answerer:
+def answering(engine, batcher_cls=None, metrics=None, cache_entries=0, clock=time.perf_counter, **cfg) -> Answerer:
     """A batcher (not started) and the answerer that holds it, as the repository builds them.
     No response cache unless a test asks: these tests count what reaches the engine."""
     metrics = metrics or Metrics().for_model("m")
-    batcher = (batcher_cls or Batcher)(engine, BatcherConfig(**cfg), metrics)
+    batcher = (batcher_cls or Batcher)(engine, BatcherConfig(**cfg), metrics, clock)
     return Answerer(engine, batcher, AnswerConfig(cache_entries=cache_entries), metrics)
 
 
@@ -58,6 +116,22 @@ async def started(engine, **cfg) -> Answerer:
     b = answering(engine, **cfg)
     b.batcher.start()
     return b
+
+
+async def one_pass() -> None:
+    """One pass of the event loop: calls just created queue their sources or are refused in it, since
+    transduce awaits nothing before the queue (each test checks the queue it expects after it)."""
+    await asyncio.sleep(0)
+
+
+def refused_at_once(call, match: str) -> None:
+    """The call (a coroutine not yet started) is refused in its first step, before it awaits
+    anything, the queue included: what "at once" means, whatever the machine's speed."""
+    try:
+        with pytest.raises(Overloaded, match=match):
+            call.send(None)
+    finally:
+        call.close()
 
 
 async def test_concurrent_requests_share_a_batch_and_keep_order():
@@ -81,11 +155,12 @@ async def test_max_batch_size_is_respected():
 
 async def test_a_full_queue_refuses_new_requests_and_finishes_admitted_ones():
     engine = FakeEngine()
-    engine.gate.clear()  # hold the engine so the queue fills
+    engine.calls.gate.clear()  # hold the engine so the queue fills
     b = await started(engine, max_batch_size=2, max_wait_ms=0, max_queue_size=4)
     calls = [asyncio.ensure_future(b.transduce([f"a{i}"])) for i in range(10)]
-    await asyncio.sleep(0.05)
-    engine.gate.set()
+    await one_pass()
+    assert len(b.batcher._pending) + sum(c.done() for c in calls) == 10  # each admitted or refused
+    engine.calls.gate.set()
     outcomes = await asyncio.gather(*calls, return_exceptions=True)
     rejected = [o for o in outcomes if isinstance(o, Overloaded)]
     served = [o for o in outcomes if isinstance(o, list)]
@@ -95,63 +170,67 @@ async def test_a_full_queue_refuses_new_requests_and_finishes_admitted_ones():
     await b.batcher.stop()
 
 
-async def loaded(engine: FakeEngine, **cfg) -> tuple[Batcher, list[asyncio.Future]]:
-    """A batcher whose rate under load is measured (full batches of 4 at 20 ms: 200 sources/s), then
-    a held engine with 40 sources queued behind the batch it holds: about (40 - 4) / 200 = 180 ms of wait."""
-    b = await started(engine, max_batch_size=4, max_wait_ms=0, **cfg)
+async def loaded(engine: FakeEngine, **cfg) -> tuple[Answerer, list[asyncio.Future]]:
+    """A batcher whose rate under load is measured on the engine's clock (full batches of 4 in
+    20 ms: 200 sources/s), then a held engine with 44 sources offered behind the batch it holds."""
+    b = await started(engine, max_batch_size=4, max_wait_ms=0, clock=engine.clock, **cfg)
     await asyncio.gather(*(b.transduce([f"warm{i}"]) for i in range(16)))
-    engine.gate.clear()
+    engine.calls.gate.clear()
+    begun = engine.calls.begun
     queued = [asyncio.ensure_future(b.transduce([f"q{i}"])) for i in range(44)]
-    await asyncio.sleep(0.05)  # one batch is in the held engine, 40 sources wait
+    await engine.calls.reached(begun + 1)  # the next batch of 4 is in the held engine
     return b, queued
 
 
 async def test_a_call_the_queue_cannot_serve_within_its_deadline_is_refused_at_once():
-    engine = FakeEngine(delay_s=0.02)
+    clock = Clock()
+    engine = FakeEngine(clock, call_s=0.02)
     b, queued = await loaded(engine)
-    per_s = b.batcher.rate.sources_per_s()
-    assert 150 < per_s < 210, per_s  # the full-batch rate, not the small batches' (sleep overshoots a little)
-    t0 = time.perf_counter()
-    with pytest.raises(Overloaded, match="does not fit in the call's deadline"):
-        await b.transduce(["late"], deadline_s=time.perf_counter() + 0.1)
-    refused_in_s = time.perf_counter() - t0
-    admitted = asyncio.ensure_future(b.transduce(["patient"], deadline_s=time.perf_counter() + 5))
-    await asyncio.sleep(0)
-    engine.gate.set()
+    assert b.batcher.rate.sources_per_s() == pytest.approx(200)  # the rate under load: 4 sources in 20 ms
+    assert len(b.batcher._queue) == 40
+    # (40 queued + its own - 4 in the next batch) / 200 per s = 185 ms expected, past 0.6 x 100 ms.
+    refused_at_once(b.transduce(["late"], deadline_s=clock() + 0.1), "does not fit in the call's deadline")
+    admitted = asyncio.ensure_future(b.transduce(["patient"], deadline_s=clock() + 5))
+    await one_pass()
+    assert len(b.batcher._queue) == 41
+    engine.calls.gate.set()
     ((r,),) = await admitted
     assert r.output_tokens == list("PATIENT")
     assert all(isinstance(o, list) for o in await asyncio.gather(*queued, return_exceptions=True))
-    assert refused_in_s < 0.005  # told at once, not after waiting
     assert "late" not in [w for batch in engine.batches for w in batch]
     assert b.metrics.admission_refusals.labels("deadline")._value.get() == 1
     await b.batcher.stop()
 
 
 async def test_the_queue_is_bounded_in_time_for_calls_without_a_deadline():
-    engine = FakeEngine(delay_s=0.02)
-    b, queued = await loaded(engine, max_queue_wait_ms=100)
-    # Of the 44 queued without a deadline, those past 100 ms of expected wait (~20 sources at 200/s) were refused.
-    assert 15 <= len(b.batcher._queue) <= 25, len(b.batcher._queue)
-    with pytest.raises(Overloaded, match="exceeds max_queue_wait_ms"):
-        await b.transduce([f"no-deadline{i}" for i in range(10)])  # 10 more sources: 50 ms more
-    engine.gate.set()
+    clock = Clock()
+    engine = FakeEngine(clock, call_s=0.02)
+    # At 200 sources/s the k-th of the 44 offered expects (k - 4 in the next batch) / 200 s of wait:
+    # 100 ms from the 24th on. 101 ms, not 100, keeps rounding off that edge.
+    b, queued = await loaded(engine, max_queue_wait_ms=101)
+    assert len(b.batcher._queue) == 20  # 24 admitted, 4 of them in the engine; 20 refused
+    refused_at_once(b.transduce([f"no-deadline{i}" for i in range(10)]), "exceeds max_queue_wait_ms")  # 50 ms more
+    engine.calls.gate.set()
     outcomes = await asyncio.gather(*queued, return_exceptions=True)
     refused = [o for o in outcomes if isinstance(o, Overloaded)]
-    assert refused and len(refused) + sum(isinstance(o, list) for o in outcomes) == len(queued)
+    assert len(refused) == 20 and sum(isinstance(o, list) for o in outcomes) == 24
     ((r,),) = await b.transduce(["now"])  # the queue drained: admitted again
     assert r.output_tokens == list("NOW")
     await b.batcher.stop()
 
 
 async def test_a_source_whose_deadline_passes_in_the_queue_is_not_decoded():
-    engine = FakeEngine()
-    engine.gate.clear()
-    b = await started(engine, max_batch_size=1, max_wait_ms=0)
+    clock = Clock()
+    engine = FakeEngine(clock)
+    engine.calls.gate.clear()
+    b = await started(engine, max_batch_size=1, max_wait_ms=0, clock=clock)
     first = asyncio.ensure_future(b.transduce(["first"]))
-    await asyncio.sleep(0.02)  # "first" holds the engine
-    doomed = asyncio.ensure_future(b.transduce(["doomed"], deadline_s=time.perf_counter() + 0.03))
-    await asyncio.sleep(0.06)
-    engine.gate.set()
+    await engine.calls.reached(1)  # "first" holds the engine
+    doomed = asyncio.ensure_future(b.transduce(["doomed"], deadline_s=clock() + 0.03))
+    await one_pass()
+    assert len(b.batcher._queue) == 1
+    clock.advance(0.06)  # its deadline passes while it waits
+    engine.calls.gate.set()
     with pytest.raises(DeadlineExpired):
         await doomed
     await first
@@ -171,14 +250,16 @@ async def test_an_engine_fault_fails_only_its_batch():
 
 async def test_cancelled_callers_are_dropped_from_the_queue():
     engine = FakeEngine()
-    engine.gate.clear()
+    engine.calls.gate.clear()
     b = await started(engine, max_batch_size=1, max_wait_ms=0)
     first = asyncio.ensure_future(b.transduce(["first"]))
-    await asyncio.sleep(0.02)  # "first" is now in the engine
+    await engine.calls.reached(1)  # "first" is now in the engine
     doomed = asyncio.ensure_future(b.transduce(["doomed"]))
-    await asyncio.sleep(0.02)
+    await one_pass()
+    assert len(b.batcher._queue) == 1
     doomed.cancel()
-    engine.gate.set()
+    await asyncio.wait([doomed])  # its caller has gone
+    engine.calls.gate.set()
     await first
     ((r,),) = await b.transduce(["after"])
     assert r.output_tokens == list("AFTER")
@@ -208,9 +289,9 @@ def test_config_errors_name_the_field():
 # --- continuous (step-level) batching -------------------------------------------------------
 
 from service.scheduling.batcher import ContinuousBatcher  # noqa: E402
-from service.config import EngineConfig
-from service.domain import DecodeOptions
-from service.engine.engine import Running  # noqa: E402
+from service.config import EngineConfig  # noqa: E402
+from service.domain import DecodeOptions  # noqa: E402
+from service.engine.engine import Engine, Running  # noqa: E402
 
 EOS = 2
 
@@ -220,16 +301,22 @@ class StepEngine:
 
     The 'decoder state' is the position in the source, so rows joining and leaving
     between steps must keep their own positions for the outputs to come out right.
+    Its `calls` are its decoder steps; with a clock, each step takes `step_s` of it.
     """
 
     eos_id = EOS
     tgt_joiner = ""
     precision = "fp32"
     src_tokens_kind = "words"  # as FakeEngine: no compound splitting
+    tgt_vocab = [chr(i) for i in range(200)]  # output id i is the symbol chr(i)
+    # The real engine's length limit and results, not copies that could drift from them.
+    limit = Engine.limit
+    result = Engine.result
 
-    def __init__(self, max_output_len=40, step_s=0.0):
+    def __init__(self, max_output_len=40, clock: Clock | None = None, step_s: float = 0.0):
         self.cfg = EngineConfig(max_output_len=max_output_len)
-        self.step_s = step_s  # a real step takes time; lets a test act between steps
+        self.calls = Calls()
+        self.clock, self.step_s = clock, step_s
         self.step_batches: list[list[str]] = []  # the sources in each step, in row order
         self.encode_batches: list[list[str]] = []  # the sources of each encoder run
         self.fail_when = None
@@ -239,9 +326,6 @@ class StepEngine:
 
     def unknown_symbols(self, tokens):
         return []
-
-    def limit(self, max_output_len):
-        return min(max_output_len or self.cfg.max_output_len, self.cfg.max_output_len)
 
     def encode(self, sources, top_k=None):
         self.encode_batches.append(["".join(s) for s in sources])
@@ -254,23 +338,24 @@ class StepEngine:
         return Running(np.ones(B, dtype=np.int64), {"feed": np.zeros((B, 1), dtype=np.float32)}, enc, enc.copy(), pad)
 
     def step(self, run):
-        time.sleep(self.step_s)
         B, S = run.pad_mask.shape
         pos = run.state["feed"][:, 0].astype(int)
         lengths = (~run.pad_mask).sum(axis=1)
         self.step_batches.append(["".join(chr(int(c)) for c in run.enc_out[b, :lengths[b], 0]) for b in range(B)])
+        self.calls.begin()
+        if self.clock is not None:
+            self.clock.advance(self.step_s)
         if self.fail_when and any(self.fail_when in w for w in self.step_batches[-1]):
             raise RuntimeError("injected engine fault")
-        log_probs = np.full((B, 200), -10.0, dtype=np.float32)
+        log_probs = np.full((B, len(self.tgt_vocab)), -10.0, dtype=np.float32)
         for b in range(B):
             log_probs[b, int(run.enc_out[b, pos[b], 0]) if pos[b] < lengths[b] else EOS] = -0.1
         attn = np.where(run.pad_mask, 0.0, 1.0 / lengths[:, None]).astype(np.float32)
         return log_probs, attn, Running(run.y_prev, {"feed": run.state["feed"] + 1}, run.enc_out, run.keys, run.pad_mask)
 
-    def result(self, src_tokens, ids, attn, score, self_attn=None):
-        out = [i for i in ids if i != EOS]
-        return Decoded(src_tokens=list(src_tokens), output_ids=out, output_tokens=[chr(i) for i in out], score=score,
-                       attn=attn, finished=bool(ids) and ids[-1] == EOS)
+    def first_step(self, word: str) -> int:
+        """The index of the first step `word` was decoded in."""
+        return next(i for i, batch in enumerate(self.step_batches) if word in batch)
 
 
 async def continuous(engine, **cfg):
@@ -281,32 +366,38 @@ async def continuous(engine, **cfg):
 
 async def test_continuous_outputs_are_right_for_rows_joining_and_leaving():
     engine = StepEngine()
+    release = engine.calls.hold(2)
     b = await continuous(engine, max_batch_size=8)
-    engine.step_s = 0.001
     words = ["a", "internationalization", "bc", "hello", "x", "abcdefghij"]
     first = asyncio.ensure_future(b.transduce(words[:3]))
-    await asyncio.sleep(0.01)  # the second request joins a batch already running
-    second = asyncio.ensure_future(b.transduce(words[3:]))
+    await engine.calls.reached(3)  # the first request's third step is under way
+    second = asyncio.ensure_future(b.transduce(words[3:]))  # joins the batch already running
+    await one_pass()
+    assert len(b.batcher._queue) == 3
+    release.set()
     results = (await first) + (await second)
     for w, (r,) in zip(words, results):
         assert "".join(r.output_tokens) == w and r.finished
         assert r.attn.shape == (len(w) + 1, len(w))
         assert np.allclose(r.attn.sum(axis=1), 1.0)
+    assert engine.first_step("hello") == 3 and "internationalization" in engine.step_batches[3]
     await b.batcher.stop()
 
 
 async def test_short_sequences_leave_without_waiting_for_long_ones():
-    engine = StepEngine(step_s=0.002)
+    engine = StepEngine()
+    release = engine.calls.hold(2)
     b = await continuous(engine, max_batch_size=8)
     long_word = "x" * 35
     long_call = asyncio.ensure_future(b.transduce([long_word]))
-    while len(engine.step_batches) < 3:  # the long word is decoding
-        await asyncio.sleep(0.001)
-    short = await b.transduce(["ab"])
-    assert "".join(short[0][0].output_tokens) == "ab"
+    await engine.calls.reached(3)  # the long word is decoding
+    short = asyncio.ensure_future(b.transduce(["ab"]))
+    await one_pass()
+    release.set()
+    assert "".join((await short)[0][0].output_tokens) == "ab"
     await long_call
-    # Judged by the engine's own record of steps, not by timing: "ab" joined a batch where the
-    # long word was running, and its last step came well before the long word's last step.
+    # Judged by the engine's own record of steps: "ab" joined a batch where the long word was
+    # running, and its last step came well before the long word's last step.
     with_short = [i for i, batch in enumerate(engine.step_batches) if "ab" in batch]
     with_long = [i for i, batch in enumerate(engine.step_batches) if long_word in batch]
     assert all(long_word in engine.step_batches[i] for i in with_short)
@@ -316,34 +407,44 @@ async def test_short_sequences_leave_without_waiting_for_long_ones():
 
 @pytest.mark.parametrize("join_wait_ms", [0, 200])
 async def test_arrivals_during_decoding_wait_to_join_together(join_wait_ms):
-    engine = StepEngine(step_s=0.002)
-    b = await continuous(engine, max_batch_size=8, max_join_wait_ms=join_wait_ms)
+    clock = Clock()  # stands still but where the test moves it
+    engine = StepEngine()
+    releases = [engine.calls.hold(i) for i in (1, 2, 3, 4)]
+    b = await continuous(engine, max_batch_size=8, max_join_wait_ms=join_wait_ms, clock=clock)
     long_call = asyncio.ensure_future(b.transduce(["x" * 35]))
-    while not engine.step_batches:  # an idle engine admits at once
-        await asyncio.sleep(0.001)
     calls = []
-    for w in ("ab", "cd", "ef"):
+    for i, w in enumerate(("ab", "cd", "ef")):  # one arrives during each of the long word's steps 1, 2, 3
+        await engine.calls.reached(2 + i)
         calls.append(asyncio.ensure_future(b.transduce([w])))
-        await asyncio.sleep(0.01)
+        await one_pass()
+        releases[i].set()
+    await engine.calls.reached(5)
+    clock.advance(0.2)  # during step 4, the first arrival has waited 200 ms
+    releases[3].set()
     results = await asyncio.gather(*calls)
     assert ["".join(r[0][0].output_tokens) for r in results] == ["ab", "cd", "ef"]
     await long_call
-    if join_wait_ms:  # one encoder run for the three, once the first had waited 200 ms
+    if join_wait_ms:  # one encoder run for the three, at the step after the first had waited 200 ms
         assert engine.encode_batches == [["x" * 35], ["ab", "cd", "ef"]]
+        assert [engine.first_step(w) for w in ("ab", "cd", "ef")] == [5, 5, 5]
     else:  # each joined at the next step, on its own
         assert engine.encode_batches == [["x" * 35], ["ab"], ["cd"], ["ef"]]
+        assert [engine.first_step(w) for w in ("ab", "cd", "ef")] == [2, 3, 4]
     await b.batcher.stop()
 
 
 async def test_a_full_batch_admits_without_waiting():
-    engine = StepEngine(step_s=0.002)
-    b = await continuous(engine, max_batch_size=3, max_join_wait_ms=10_000)
+    clock = Clock()  # stands still: a wait to join would last until the long word ends
+    engine = StepEngine()
+    release = engine.calls.hold(2)
+    b = await continuous(engine, max_batch_size=3, max_join_wait_ms=10_000, clock=clock)
     long_call = asyncio.ensure_future(b.transduce(["x" * 35]))
-    while not engine.step_batches:
-        await asyncio.sleep(0.001)
-    started = time.perf_counter()
-    await b.transduce(["ab", "cd"])  # fills the two free rows: no reason to wait
-    assert time.perf_counter() - started < 5
+    await engine.calls.reached(3)
+    both = asyncio.ensure_future(b.transduce(["ab", "cd"]))  # fills the two free rows: no reason to wait
+    await one_pass()
+    release.set()
+    await both
+    assert engine.first_step("ab") == engine.first_step("cd") == 3  # at the next step, beside the long word
     await long_call
     await b.batcher.stop()
 
@@ -361,17 +462,19 @@ async def test_continuous_respects_max_batch_size_and_length_limits():
 
 
 async def test_cancelled_sequence_leaves_the_running_batch():
-    engine = StepEngine(max_output_len=40, step_s=0.002)
+    engine = StepEngine(max_output_len=40)
+    release = engine.calls.hold(5)
     b = await continuous(engine, max_batch_size=8)
     doomed = asyncio.ensure_future(b.transduce(["d" * 39]))
     keeper = asyncio.ensure_future(b.transduce(["k" * 30]))
-    await asyncio.sleep(0.02)
+    await engine.calls.reached(6)  # step 5 is under way
     doomed.cancel()
-    steps_at_cancel = len(engine.step_batches)
+    await asyncio.wait([doomed])  # its caller has gone
+    release.set()
     ((r,),) = await keeper
     assert "".join(r.output_tokens) == "k" * 30
     with_doomed = [i for i, batch in enumerate(engine.step_batches) if "d" * 39 in batch]
-    assert max(with_doomed) <= steps_at_cancel  # at most the step already under way
+    assert max(with_doomed) == 5  # the step under way at the cancel, and none after it
     await b.batcher.stop()
 
 
@@ -389,18 +492,22 @@ async def test_continuous_engine_fault_fails_its_batch_and_the_loop_survives():
 async def test_continuous_admission_counts_free_rows_and_refuses_what_the_queue_cannot_serve_in_time():
     """Step-level batching: a call that fits in the running batch's free rows is admitted whatever
     its deadline; once rows are full and a queue stands, a short deadline is refused at once."""
-    engine = StepEngine(step_s=0.004)  # 5-letter words: 6 steps, ~25 ms each at 4 rows
-    b = await continuous(engine, max_batch_size=4)
+    clock = Clock()
+    engine = StepEngine(clock=clock, step_s=0.004)  # 5-letter words: 6 steps, 24 ms at 4 rows
+    b = await continuous(engine, max_batch_size=4, clock=clock)
     await asyncio.gather(*(b.transduce([f"warm{i}"]) for i in range(16)))  # the rate under load
-    assert b.batcher.rate.sources_per_s() is not None
-    ((r,),) = await b.transduce(["alone"], deadline_s=time.perf_counter() + 0.001)  # free rows: admitted
+    per_s = b.batcher.rate.sources_per_s()
+    assert per_s is not None
+    ((r,),) = await b.transduce(["alone"], deadline_s=clock() + 0.001)  # free rows: admitted
     assert r.output_tokens == list("alone")
-    busy = [asyncio.ensure_future(b.transduce([f"busy{i}"])) for i in range(24)]  # 4 rows + 20 queued
-    await asyncio.sleep(0.01)
-    t0 = time.perf_counter()
-    with pytest.raises(Overloaded, match="does not fit in the call's deadline"):
-        await b.transduce(["late"], deadline_s=time.perf_counter() + 0.05)
-    assert time.perf_counter() - t0 < 0.005
+    first_busy = engine.calls.begun
+    release = engine.calls.hold(first_busy)  # the busy calls' first step
+    busy = [asyncio.ensure_future(b.transduce([f"busy{i}"])) for i in range(24)]
+    await engine.calls.reached(first_busy + 1)
+    # However many joined that step, 21 sources stand before the next free row.
+    assert len(b.batcher._queue) + b.batcher._in_service == 24 and 21 / per_s > 0.6 * 0.05
+    refused_at_once(b.transduce(["late"], deadline_s=clock() + 0.05), "does not fit in the call's deadline")
+    release.set()
     assert all(len(o) == 1 for o in await asyncio.gather(*busy))
     await b.batcher.stop()
 
@@ -440,25 +547,9 @@ async def test_no_cache_with_zero_entries():
     await b.batcher.stop()
 
 
+
 # --- row-step counters and length grouping (service/scheduling/lengths.py) ------------------
-
-
-class LengthEngine(FakeEngine):
-    """FakeEngine whose rows take their source's length + 1 steps (one output a symbol, then
-    </s>), each batch taking `step_s` a step of its longest row."""
-
-    def __init__(self, step_s=0.0):
-        super().__init__()
-        self.step_s = step_s
-
-    def decode(self, sources, max_output_lens=None, top_k=None):
-        self.gate.wait(5)
-        self.batches.append(["".join(s) for s in sources])
-        time.sleep(self.step_s * (max(len(s) for s in sources) + 1))
-        if self.fail_on in self.batches[-1]:
-            raise RuntimeError(f"engine failed on {self.fail_on}")
-        return [Decoded(src_tokens=s, output_ids=list(range(len(s))), output_tokens=[t.upper() for t in s],
-                        score=-1.0, attn=None, finished=True) for s in sources]
+# FakeEngine's rows take their source's length + 1 steps (one output a symbol, then </s>).
 
 
 def row_steps(b) -> tuple[float, float, float]:
@@ -473,7 +564,7 @@ MIXED = [w for pair in zip(SHORT, LONG) for w in pair]
 
 @pytest.mark.parametrize("grouping", [False, True])
 async def test_row_step_counters_for_a_known_batch(grouping):
-    engine = LengthEngine()
+    engine = FakeEngine()
     b = await started(engine, max_batch_size=8, length_grouping=grouping)
     results = await b.transduce(MIXED)  # queued at once: one popped batch
     assert [r.output_tokens for (r,) in results] == [list(w.upper()) for w in MIXED]
@@ -496,54 +587,55 @@ async def test_continuous_counts_every_row_step_as_useful():
     await b.batcher.stop()
 
 
-async def test_length_groups_answer_short_callers_before_the_long_group_runs():
-    engine = LengthEngine(step_s=0.01)  # the long group takes 0.21 s, the short one 0.03 s
-    engine.gate.clear()
+async def test_length_groups_answer_short_callers_before_the_long_group_ends():
+    engine = FakeEngine()
+    release_hold, release_long = engine.calls.hold(0), engine.calls.hold(2)
     b = await started(engine, max_batch_size=8)  # length grouping is the default
     hold = asyncio.ensure_future(b.transduce(["hold"]))
-    await asyncio.sleep(0.02)  # "hold" is in the engine; the eight calls below queue behind it
-    done_at: dict[str, float] = {}
-
-    async def call(w):
-        await b.transduce([w])
-        done_at[w] = time.perf_counter()
-    calls = [asyncio.ensure_future(call(w)) for w in MIXED]
-    await asyncio.sleep(0.02)
-    engine.gate.set()
-    await asyncio.gather(hold, *calls)
+    await engine.calls.reached(1)  # "hold" is in the engine; the eight calls below queue behind it
+    calls = {w: asyncio.ensure_future(b.transduce([w])) for w in MIXED}
+    await one_pass()
+    assert len(b.batcher._queue) == 8
+    release_hold.set()
+    await engine.calls.reached(3)  # the long group is in the engine, held there
+    short = await asyncio.wait_for(asyncio.gather(*(calls[w] for w in SHORT)), HOLD_S)
+    assert [r[0][0].output_tokens for r in short] == [list(w.upper()) for w in SHORT]
+    assert not any(calls[w].done() for w in LONG)
+    release_long.set()
+    await asyncio.gather(hold, *calls.values())
     assert engine.batches == [["hold"], SHORT, LONG]
-    assert max(done_at[w] for w in SHORT) < min(done_at[w] for w in LONG) - 0.1
     await b.batcher.stop()
 
 
 async def test_length_grouping_never_passes_over_a_source_popped_earlier():
     """The long sources of a popped batch go before shorter ones queued after them: sorting the
     whole queue by length would put every short source first and the long ones last."""
-    engine = LengthEngine()
-    engine.gate.clear()
+    engine = FakeEngine()
+    release = engine.calls.hold(0)
     b = await started(engine, max_batch_size=8)
     hold = asyncio.ensure_future(b.transduce(["hold"]))
-    await asyncio.sleep(0.02)
+    await engine.calls.reached(1)
     first = asyncio.ensure_future(b.transduce(MIXED))  # the oldest 8: the next batch
     later = [f"{c}{c}" for c in "pqrstuvw"]
     second = asyncio.ensure_future(b.transduce(later))  # short, but queued after them
-    await asyncio.sleep(0.02)
-    engine.gate.set()
+    await one_pass()
+    assert len(b.batcher._queue) == 16
+    release.set()
     await asyncio.gather(hold, first, second)
     assert engine.batches == [["hold"], SHORT, LONG, later]
     await b.batcher.stop()
 
 
 async def test_an_engine_failure_in_one_length_group_fails_only_that_groups_callers():
-    engine = LengthEngine()
-    engine.fail_on = LONG[0]
-    engine.gate.clear()
+    engine = FakeEngine(fail_on=LONG[0])
+    release = engine.calls.hold(0)
     b = await started(engine, max_batch_size=8)
     hold = asyncio.ensure_future(b.transduce(["hold"]))
-    await asyncio.sleep(0.02)
+    await engine.calls.reached(1)
     calls = [asyncio.ensure_future(b.transduce([w])) for w in MIXED]  # one popped batch, two groups
-    await asyncio.sleep(0.02)
-    engine.gate.set()
+    await one_pass()
+    assert len(b.batcher._queue) == 8
+    release.set()
     await hold
     outcomes = dict(zip(MIXED, await asyncio.gather(*calls, return_exceptions=True)))
     assert engine.batches == [["hold"], SHORT, LONG]
@@ -554,21 +646,24 @@ async def test_an_engine_failure_in_one_length_group_fails_only_that_groups_call
 
 
 async def test_a_length_group_whose_callers_all_left_is_not_decoded():
-    engine = LengthEngine(step_s=0.05)  # "hold" takes 0.25 s, the short group 0.15 s after it
-    engine.gate.clear()
+    engine = FakeEngine()
+    release_hold, release_short = engine.calls.hold(0), engine.calls.hold(1)
     b = await started(engine, max_batch_size=8)
     hold = asyncio.ensure_future(b.transduce(["hold"]))
-    await asyncio.sleep(0.02)
+    await engine.calls.reached(1)
     short = [asyncio.ensure_future(b.transduce([w])) for w in SHORT]
     long_call = asyncio.ensure_future(b.transduce(LONG))  # one caller, the whole long group
-    await asyncio.sleep(0.02)
-    engine.gate.set()
+    await one_pass()
+    assert len(b.batcher._queue) == 8
+    release_hold.set()
     await hold
-    await asyncio.sleep(0.07)  # the short group is decoding
+    await engine.calls.reached(2)  # the short group is in the engine
     long_call.cancel()
+    await asyncio.wait([long_call])  # the long group's caller has gone
+    release_short.set()
     assert [r[0][0].output_tokens for r in await asyncio.gather(*short)] == [list(w.upper()) for w in SHORT]
-    await asyncio.sleep(0.1)
-    assert engine.batches == [["hold"], SHORT]  # the long group's caller left: nothing decoded for it
+    await b.transduce(["after"])  # queued after that batch: answered once the batch loop is past it
+    assert engine.batches == [["hold"], SHORT, ["after"]]  # nothing decoded for the long group
     assert long_call.cancelled()
     await b.batcher.stop()
 

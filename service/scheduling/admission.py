@@ -16,12 +16,14 @@ the measured rate, so it needs no tuning by count; `max_queue_size` stays as the
 memory. Admitted calls are then served first come, first served: admission keeps the queue
 within the deadlines it admitted, so a LIFO order is not needed to save them.
 
-Knows nothing of gRPC: a deadline is an absolute time on time.perf_counter()'s clock.
+Knows nothing of gRPC: a deadline is an absolute time on the scheduler's clock (time.perf_counter()
+unless a test drives its own).
 """
 from __future__ import annotations
 
 import math
 import time
+from typing import Callable
 
 # Admit when the expected wait fits in this share of the time the caller has left.
 DEADLINE_HEADROOM = 0.6
@@ -70,9 +72,10 @@ class ServiceRate:
 
 
 def refusal(queued: int, own: int, room: int, rate: ServiceRate, deadline_s: float | None,
-            max_queue_wait_ms: float) -> tuple[str, str] | None:
+            max_queue_wait_ms: float, clock: Callable[[], float] = time.perf_counter) -> tuple[str, str] | None:
     """Why a call of `own` sources, with `queued` sources before it and `room` for sources in
-    the next batch, cannot be admitted, as (metric label, message); None to admit it."""
+    the next batch, cannot be admitted, as (metric label, message); None to admit it. `deadline_s`
+    is on `clock`'s time."""
     per_s = rate.sources_per_s()
     waiting = queued + own - room  # sources that must drain before this call's last one starts
     if per_s is None or waiting <= 0:
@@ -80,7 +83,7 @@ def refusal(queued: int, own: int, room: int, rate: ServiceRate, deadline_s: flo
     wait_s = waiting / per_s
     expected = f"the expected wait ({wait_s * 1000:.0f} ms for {queued} sources queued at {per_s:.0f}/s)"
     if deadline_s is not None:
-        left_s = deadline_s - time.perf_counter()
+        left_s = deadline_s - clock()
         if wait_s > DEADLINE_HEADROOM * left_s:
             return "deadline", f"overloaded: {expected} does not fit in the call's deadline " \
                                f"({max(left_s, 0) * 1000:.0f} ms left); retry later or elsewhere"

@@ -14,6 +14,8 @@ A request's sources go into one bounded queue, each with its own future. Two mod
 What happens to a batch once formed (greedy, beam, forced, the continuous step's sampling) is
 the engine's (service/engine/decoding.py). Knows nothing of gRPC: callers get results or the
 domain's errors. All numeric work runs in one worker thread; futures are resolved on the event loop.
+Every time the scheduler reads (enqueue times, deadlines, the measured rate, join waits) comes from
+one clock, time.perf_counter unless a test passes its own to drive time.
 """
 from __future__ import annotations
 
@@ -22,7 +24,8 @@ import threading
 import time
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from typing import Callable
 
 from service.config import BatcherConfig
 from service.domain import DeadlineExpired, Decoded, DecodeOptions, NotReady, Overloaded
@@ -39,8 +42,8 @@ class _Item:
     tokens: list[str]
     options: DecodeOptions
     future: asyncio.Future  # -> list[Decoded], best hypothesis first
-    deadline_s: float | None = None  # the caller's, on time.perf_counter()'s clock
-    enqueued_s: float = field(default_factory=time.perf_counter)
+    deadline_s: float | None  # the caller's, on the batcher's clock
+    enqueued_s: float  # on the batcher's clock
     target: list[int] | None = None  # teacher forcing (Score, the lexicon): the given output's ids
 
 
@@ -48,10 +51,13 @@ class Batcher:
     """The queue and the engine thread (request-level batches). What a call is answered with
     before the queue (cache, lexicon, several words) is the answering layer's, which calls submit()."""
 
-    def __init__(self, engine: Engine, cfg: BatcherConfig, metrics: ModelMetrics):
+    def __init__(self, engine: Engine, cfg: BatcherConfig, metrics: ModelMetrics,
+                 clock: Callable[[], float] = time.perf_counter):
         self.engine = engine
         self.cfg = cfg
         self.metrics = metrics
+        # The wait for company (max_wait_ms) sleeps on the event loop for what is left on this clock.
+        self._clock = clock
         self._queue: deque[_Item] = deque()
         self._arrived = asyncio.Event()
         self._task: asyncio.Task | None = None
@@ -98,18 +104,19 @@ class Batcher:
                      deadline_s: float | None) -> list[list[Decoded]]:
         """Admit (source tokens, forced target ids or None) items, queue them and wait for every one:
         per item its hypotheses, best first. Raises Overloaded at once when the call cannot be
-        answered within its deadline (time.perf_counter() clock) or the queue's time bound.
+        answered within its deadline (on the batcher's clock) or the queue's time bound.
         Cancelling the caller drops its sources from the queue and the running batch."""
         if len(self._queue) + len(work) > self.cfg.max_queue_size:
             self.metrics.admission_refusals.labels("queue_size").inc()
             raise Overloaded(f"queue is full ({len(self._queue)} of {self.cfg.max_queue_size} sources waiting)")
         refused = refusal(len(self._queue), len(work), self._room(), self.rate, deadline_s,
-                          self.cfg.max_queue_wait_ms)
+                          self.cfg.max_queue_wait_ms, self._clock)
         if refused is not None:
             self.metrics.admission_refusals.labels(refused[0]).inc()
             raise Overloaded(refused[1])
         loop = asyncio.get_running_loop()
-        items = [_Item(tokens, options, loop.create_future(), deadline_s, target=target) for tokens, target in work]
+        now = self._clock()
+        items = [_Item(tokens, options, loop.create_future(), deadline_s, now, target) for tokens, target in work]
         self._queue.extend(items)
         self._pending.update(it.future for it in items)
         self.metrics.queue_depth.set(len(self._queue))
@@ -133,9 +140,9 @@ class Batcher:
         while not self._queue:
             self._arrived.clear()
             await self._arrived.wait()
-        deadline = time.perf_counter() + self.cfg.max_wait_ms / 1000
+        deadline = self._clock() + self.cfg.max_wait_ms / 1000
         while len(self._queue) < self.cfg.max_batch_size:
-            remaining = deadline - time.perf_counter()
+            remaining = deadline - self._clock()
             if remaining <= 0:
                 break
             self._arrived.clear()
@@ -148,7 +155,7 @@ class Batcher:
     def _pop_live(self, n: int) -> list[_Item]:
         """Up to n queued sources whose callers are still waiting."""
         batch, expired = [], []
-        now = time.perf_counter()
+        now = self._clock()
         while self._queue and len(batch) < n:
             item = self._queue.popleft()
             if item.future.done():  # skip sources whose caller went away
@@ -189,7 +196,7 @@ class Batcher:
     async def _decode_and_resolve(self, batch: list[_Item]) -> None:
         """Decode whole items in the worker thread, group by group, each group's callers answered as
         it ends; an engine failure fails only that group's callers."""
-        started = time.perf_counter()
+        started = self._clock()
         # The rate admission uses is wall time from when this batch could start (the previous one's
         # end, or its first arrival) to its end: the hand-offs through a busy event loop count too.
         could_start = max(self._last_end_s, min(it.enqueued_s for it in batch))
@@ -199,7 +206,7 @@ class Batcher:
             if not group:
                 continue
             self.metrics.batch_size.observe(len(group))
-            group_started = time.perf_counter()
+            group_started = self._clock()
             try:
                 results = await asyncio.get_running_loop().run_in_executor(self._executor, self._decode_whole, group)
             except Exception as e:
@@ -207,14 +214,14 @@ class Batcher:
                     if not it.future.done():
                         it.future.set_exception(e)
                 continue
-            self.metrics.batch_seconds.observe(time.perf_counter() - group_started)
+            self.metrics.batch_seconds.observe(self._clock() - group_started)
             decoded += len(group)
             for it, hyps in zip(group, results):
                 if not it.future.done():
                     it.future.set_result(hyps)
         if not decoded:
             return
-        end = time.perf_counter()
+        end = self._clock()
         self.rate.record(decoded, end - could_start, len(batch))
         self._last_end_s = end
         self._batch_s = 0.8 * self._batch_s + 0.2 * (end - started)
@@ -266,7 +273,7 @@ class ContinuousBatcher(Batcher):
                 self._wake.clear()
                 continue
             joining = self._pop_live(self.cfg.max_batch_size - len(batch)) if self._admit_now(batch) else []
-            started = time.perf_counter()
+            started = self._clock()
             whole = [it for it in joining if it.options.beam_size > 1 or it.target is not None]
             if whole:  # beam search and teacher forcing run as their own batch between steps
                 joining = [it for it in joining if it.options.beam_size == 1 and it.target is None]
@@ -280,7 +287,7 @@ class ContinuousBatcher(Batcher):
                 continue
             finally:
                 self._in_service = len(batch)
-            self.rate.record(len(finished) + len(whole), time.perf_counter() - started, len(batch) + len(finished))
+            self.rate.record(len(finished) + len(whole), self._clock() - started, len(batch) + len(finished))
             # Rows whose caller left while this step ran: the one step that cannot be saved
             # (they leave at the next step). Reading a future's state from this thread is a benign race.
             self.metrics.decode_row_steps_after_cancel.inc(
@@ -299,7 +306,7 @@ class ContinuousBatcher(Batcher):
         except IndexError:  # nothing queued
             return False
         return (len(self._queue) >= self.cfg.max_batch_size - len(batch)
-                or (time.perf_counter() - oldest) * 1000 >= self.cfg.max_join_wait_ms)
+                or (self._clock() - oldest) * 1000 >= self.cfg.max_join_wait_ms)
 
     @staticmethod
     def _outcomes(items: list[_Item], decode) -> list[tuple[_Item, object]]:
@@ -320,10 +327,10 @@ class ContinuousBatcher(Batcher):
         batch.join([(it, it.tokens, it.options) for it in joining])
         if not batch:
             return []
-        rows, started = len(batch), time.perf_counter()
+        rows, started = len(batch), self._clock()
         finished = batch.step()
         self.metrics.batch_size.observe(rows)
-        self.metrics.batch_seconds.observe(time.perf_counter() - started)
+        self.metrics.batch_seconds.observe(self._clock() - started)
         self.metrics.decode_steps.inc()
         self.metrics.decode_row_steps.inc(rows)
         self.metrics.decode_row_steps_useful.inc(rows)  # a row leaves at the step it ends
