@@ -61,6 +61,34 @@ def proc_cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def process_tree(pid: int) -> list[int]:
+    """pid and every process below it: a server's supervisor and its workers, MLServer and its own."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):  # gone meanwhile
+            continue
+        children.setdefault(ppid, []).append(int(stat.parent.name))
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo += children.get(p, [])
+    return out
+
+
+def server_cpu_seconds(pid: int) -> float:
+    """CPU time of a server's every process (with --workers, the supervisor's is next to nothing)."""
+    total = 0.0
+    for p in process_tree(pid):
+        try:
+            total += proc_cpu_seconds(p)
+        except OSError:
+            pass
+    return total
+
+
 class Server:
     """A server in its own process, ready when its health check (or first call) answers."""
 
@@ -98,10 +126,10 @@ def load(server: Server, words_file: str, duration_s: float, **kw) -> dict:
     for k, v in kw.items():
         flag = "--" + k.replace("_", "-")
         argv += [flag] if v is True else ([f"--no-{k.replace('_', '-')}"] if v is False else [flag, str(v)])
-    cpu0 = proc_cpu_seconds(server.proc.pid)
+    cpu0 = server_cpu_seconds(server.proc.pid)
     out = subprocess.run(argv, capture_output=True, text=True, check=True)
     result = json.loads(out.stdout)
-    result["server_cpu_util"] = round((proc_cpu_seconds(server.proc.pid) - cpu0) / (result["seconds"] + 1.0), 3)
+    result["server_cpu_util"] = round((server_cpu_seconds(server.proc.pid) - cpu0) / (result["seconds"] + 1.0), 3)
     print(f"  {kw} -> {result['words_per_s']:.0f} words/s, p50 {result['p50_ms']:.2f} ms, "
           f"p99 {result['p99_ms']:.2f} ms, errors {result['errors']}", flush=True)
     return result

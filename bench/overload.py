@@ -28,7 +28,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.harness import BIN, MODEL_ONLY, Server, proc_cpu_seconds
+from bench.harness import BIN, MODEL_ONLY, Server, server_cpu_seconds
 from inference import grpc_service_pb2 as kpb
 from service.engine.bundle import load_bundle
 from training.evaluate import load_refs
@@ -62,10 +62,10 @@ def drive(loadgen: str, server: Server, requests: Path, seconds: float, deadline
             "--seconds", str(seconds), "--deadline-ms", str(deadline_ms)]
     for k, v in mode.items():
         argv += [f"--{k}", str(v)]
-    cpu0 = proc_cpu_seconds(server.proc.pid)
+    cpu0 = server_cpu_seconds(server.proc.pid)
     out = subprocess.run(argv, capture_output=True, text=True, check=True).stdout
     result = json.loads(out)
-    result["server_cpu_s"] = round(proc_cpu_seconds(server.proc.pid) - cpu0, 2)
+    result["server_cpu_s"] = round(server_cpu_seconds(server.proc.pid) - cpu0, 2)
     return result
 
 

@@ -59,7 +59,7 @@ class ServerConfig:
     # engines, under a supervisor (service/supervisor.py): one interpreter lock per process, so the
     # transport and the engine of different calls run on different cores. 0 = one per core the process
     # may run on; 1 = the single process, no supervisor (docs/operations.md#worker-processes).
-    workers: int = 1
+    workers: int = 0
 
     def __post_init__(self):
         if not 0 <= self.port <= 65535:
@@ -90,7 +90,23 @@ class ServerConfig:
 
     def worker_count(self) -> int:
         """The server processes `workers` asks for: 0 is one per core this process may run on."""
-        return self.workers or len(os.sched_getaffinity(0))
+        return self.workers or usable_cores()
+
+
+def usable_cores() -> int:
+    """The cores this process may run on, and no more than its cgroup's CPU quota allows (a container's
+    CPU limit, which the affinity mask does not show: a pod limited to 2 cores on a 64-core node)."""
+    cores = len(os.sched_getaffinity(0))
+    for quota_file, period_file in (("/sys/fs/cgroup/cpu.max", None),
+                                    ("/sys/fs/cgroup/cpu/cpu.cfs_quota_us", "/sys/fs/cgroup/cpu/cpu.cfs_period_us")):
+        try:
+            fields = Path(quota_file).read_text().split()
+            quota, period = fields[0], fields[1] if period_file is None else Path(period_file).read_text().strip()
+            if quota not in ("max", "-1"):
+                cores = min(cores, max(1, -(-int(quota) // int(period))))
+        except (OSError, IndexError, ValueError):
+            continue
+    return cores
 
 
 BATCHING_MODES = ("continuous", "request")

@@ -124,10 +124,12 @@ class Supervisor:
     async def _spawn(self, index: int, ports: tuple[int, int], metrics: Path) -> Worker:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         env = {**os.environ, MULTIPROC_ENV: str(metrics), FD_ENV: str(theirs.fileno()), INDEX_ENV: str(index)}
-        # Its own session: a terminal's Ctrl-C reaches the supervisor alone, which forwards it once.
+        # Its own process group, so that a terminal's Ctrl-C reaches the supervisor alone, which
+        # forwards it once; the same session, so that the scheduler's autogroup shares the cores
+        # between the server's processes and others as it would for one process.
         proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "service.server", *self.argv, "--port", str(ports[0]), "--metrics-port",
-            str(ports[1]), pass_fds=(theirs.fileno(),), env=env, start_new_session=True)
+            str(ports[1]), pass_fds=(theirs.fileno(),), env=env, process_group=0)
         theirs.close()
         return Worker(index, proc, await Lines.over(ours))
 
