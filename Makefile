@@ -13,6 +13,8 @@ KSERVE_PROTO := protos/inference/grpc_service.proto
 GEN := gen/attnserve/v1/attnserve_pb2.py
 # The C++ load generator of `make overload` and `make bench` (bench/cpp/loadgen.cc).
 LOADGEN := build/attnserve-loadgen
+# MLServer, the peer server `make bench` measures beside attnserve, in a virtual environment of its own.
+MLSERVER_VENV := build/mlserver-venv
 
 .PHONY: serve test install-serve install-dev protos train export quantize bench evaluate report clean
 
@@ -145,10 +147,22 @@ export: $(VENV)/.dev-installed
 quantize: $(VENV)/.dev-installed
 	$(PY) -m training.quantize --bundle $(MODEL_DIR)/$(MODEL_VERSION)
 
-# The serving benchmark (not a test): results in bench/results/ (JSON, markdown, PNG).
-bench: $(VENV)/.dev-installed $(LOADGEN)
+# The serving benchmark (not a test): results in bench/results/ (JSON, markdown, PNG). Beside attnserve it
+# runs MLServer (bench/servers.py) from its own virtual environment, and wrk (Debian's) for the REST points.
+bench: $(VENV)/.dev-installed $(LOADGEN) $(MLSERVER_VENV)/.installed
+	@command -v wrk >/dev/null || $(APT_INSTALL) wrk || { $(SUDO) apt-get update -q && $(APT_INSTALL) wrk; }
 	$(PIP) install -q -e ".[dev,bench]"
 	$(PY) -m bench.run --bundle $(MODEL_DIR)/$(MODEL_VERSION) --loadgen $(LOADGEN)
+
+# MLServer, the peer of `make bench`: pyproject's [mlserver] extra in a virtual environment of its own,
+# since MLServer 1.7.1 needs protobuf < 7 and the serving extra pins 7.
+.PHONY: mlserver-venv
+mlserver-venv: $(MLSERVER_VENV)/.installed
+$(MLSERVER_VENV)/.installed: pyproject.toml $(GEN)
+	$(PYTHON) -m venv $(MLSERVER_VENV)
+	$(MLSERVER_VENV)/bin/pip install -q --upgrade pip
+	$(MLSERVER_VENV)/bin/pip install -q -e ".[mlserver]"
+	touch $@
 
 # Not part of `make bench` (its own server and peers): running English text (bench/corpus/english.txt) through
 # the text call, sentence per call at concurrency 16 with the C++ load generator, beside espeak-ng through

@@ -179,6 +179,11 @@ def markdown(r: dict, rows: list[dict]) -> str:
         from bench.fairness import lines as fairness_lines
 
         lines += ["", "Two models in one server (bench/fairness.py):", ""] + fairness_lines(r["fairness"])
+    if "servers" in r:
+        from bench.servers import lines as servers_lines
+
+        lines += ["", "attnserve beside MLServer running our Engine, both at their best (bench/servers.py; "
+                  "docs/performance.md#beside-mlserver):", ""] + servers_lines(r["servers"])
     if "real_traffic" in r:
         from bench.realtraffic import lines as real_traffic_lines
 

@@ -114,6 +114,10 @@ def main(argv=None):
     from bench import fairness
 
     r["fairness"] = fairness.measure(bundle.path, args.loadgen, d)
+    print("attnserve beside MLServer, each at its best (bench/servers.py)", flush=True)
+    from bench import servers
+
+    r["servers"] = servers.tuned_and_measured(bundle.path, args.loadgen, d)
     print("real traffic: English words by their frequency, lexicon and cache on and off (bench/realtraffic.py)",
           flush=True)
     from bench import realtraffic
