@@ -15,6 +15,7 @@ GEN := gen/attnserve/v1/attnserve_pb2.py
 LOADGEN := build/attnserve-loadgen
 # MLServer, the peer server `make bench` measures beside attnserve, in a virtual environment of its own.
 MLSERVER_VENV := build/mlserver-venv
+BENTOML_VENV := build/bentoml-venv
 
 .PHONY: serve test install-serve install-dev protos train export quantize bench evaluate report clean
 
@@ -148,8 +149,9 @@ quantize: $(VENV)/.dev-installed
 	$(PY) -m training.quantize --bundle $(MODEL_DIR)/$(MODEL_VERSION)
 
 # The serving benchmark (not a test): results in bench/results/ (JSON, markdown, PNG). Beside attnserve it
-# runs MLServer (bench/servers.py) from its own virtual environment, and wrk (Debian's) for the REST points.
-bench: $(VENV)/.dev-installed $(LOADGEN) $(MLSERVER_VENV)/.installed
+# runs MLServer and BentoML (bench/servers.py), each from its own virtual environment, and wrk (Debian's)
+# for the REST points.
+bench: $(VENV)/.dev-installed $(LOADGEN) $(MLSERVER_VENV)/.installed $(BENTOML_VENV)/.installed
 	@command -v wrk >/dev/null || $(APT_INSTALL) wrk || { $(SUDO) apt-get update -q && $(APT_INSTALL) wrk; }
 	$(PIP) install -q -e ".[dev,bench]"
 	$(PY) -m bench.run --bundle $(MODEL_DIR)/$(MODEL_VERSION) --loadgen $(LOADGEN)
@@ -162,6 +164,14 @@ $(MLSERVER_VENV)/.installed: pyproject.toml $(GEN)
 	$(PYTHON) -m venv $(MLSERVER_VENV)
 	$(MLSERVER_VENV)/bin/pip install -q --upgrade pip
 	$(MLSERVER_VENV)/bin/pip install -q -e ".[mlserver]"
+	touch $@
+# BentoML, the second peer: pyproject's [bentoml] extra, its many dependencies kept out of .venv.
+.PHONY: bentoml-venv
+bentoml-venv: $(BENTOML_VENV)/.installed
+$(BENTOML_VENV)/.installed: pyproject.toml $(GEN)
+	$(PYTHON) -m venv $(BENTOML_VENV)
+	$(BENTOML_VENV)/bin/pip install -q --upgrade pip
+	$(BENTOML_VENV)/bin/pip install -q -e ".[bentoml]"
 	touch $@
 
 # Not part of `make bench` (its own server and peers): running English text (bench/corpus/english.txt) through

@@ -38,6 +38,9 @@ METHOD = "/inference.GRPCInferenceService/ModelInfer"
 CONFIGS = {"default": [],
            "tight gRPC backlog": ["--max-pending-calls", "128", "--max-pending-calls-hard", "512"],
            "--intra-op-threads 2": ["--intra-op-threads", "2"]}
+# Connections the load generator opens: many clients' worth, so that the kernel's spreading of
+# connections (not calls) over the server's worker processes evens out (docs/operations.md#worker-processes).
+CHANNELS = 64
 BURSTS = (1000, 10000)  # calls sent at once, each with BURST_DEADLINE_MS
 BURST_DEADLINE_MS = 3000
 TARGET = {3: 0.8, 10: 0.5}  # factor -> goodput / capacity the issue asks for
@@ -59,7 +62,7 @@ def write_requests(path: Path, model: str, words: list[str], per_request: int = 
 def drive(loadgen: str, server: Server, requests: Path, seconds: float, deadline_ms: float, method: str = METHOD,
           **mode) -> dict:
     argv = [loadgen, "--target", server.addr, "--method", method, "--requests", str(requests),
-            "--seconds", str(seconds), "--deadline-ms", str(deadline_ms)]
+            "--seconds", str(seconds), "--deadline-ms", str(deadline_ms), "--channels", str(CHANNELS)]
     for k, v in mode.items():
         argv += [f"--{k}", str(v)]
     cpu0 = server_cpu_seconds(server.proc.pid)

@@ -182,8 +182,8 @@ def markdown(r: dict, rows: list[dict]) -> str:
     if "servers" in r:
         from bench.servers import lines as servers_lines
 
-        lines += ["", "attnserve beside MLServer running our Engine, both at their best (bench/servers.py; "
-                  "docs/performance.md#beside-mlserver):", ""] + servers_lines(r["servers"])
+        lines += ["", "attnserve beside MLServer and BentoML running our Engine, each at its best (bench/servers.py; "
+                  "docs/performance.md#beside-mlserver-and-bentoml):", ""] + servers_lines(r["servers"])
     if "real_traffic" in r:
         from bench.realtraffic import lines as real_traffic_lines
 

@@ -114,7 +114,7 @@ def main(argv=None):
     from bench import fairness
 
     r["fairness"] = fairness.measure(bundle.path, args.loadgen, d)
-    print("attnserve beside MLServer, each at its best (bench/servers.py)", flush=True)
+    print("attnserve beside MLServer and BentoML, each at its best (bench/servers.py)", flush=True)
     from bench import servers
 
     r["servers"] = servers.tuned_and_measured(bundle.path, args.loadgen, d)
