@@ -35,10 +35,25 @@ COMMON = ("the of and to in is you that it he was for on are as with his they at
 
 
 def rss_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    raise RuntimeError(f"no VmRSS for pid {pid}")
+    """The server's resident memory: the process and every process below it (with --workers, the
+    supervisor holds next to nothing and each worker its own models)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            children.setdefault(int(stat.read_text().rsplit(")", 1)[1].split()[1]), []).append(int(stat.parent.name))
+        except (OSError, IndexError, ValueError):  # gone meanwhile
+            continue
+    total, todo = 0.0, [pid]
+    while todo:
+        p = todo.pop()
+        todo += children.get(p, [])
+        try:
+            total += next(int(line.split()[1]) / 1024 for line in Path(f"/proc/{p}/status").read_text().splitlines()
+                          if line.startswith("VmRSS:"))
+        except (OSError, StopIteration):
+            if p == pid:
+                raise RuntimeError(f"no VmRSS for pid {pid}") from None
+    return total
 
 
 def free_port() -> int:
