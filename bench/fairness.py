@@ -20,7 +20,7 @@ import tempfile
 from pathlib import Path
 
 
-from bench.overload import METHOD, write_requests
+from bench.overload import CHANNELS, METHOD, write_requests
 from bench.harness import BIN, MODEL_ONLY, Server, free_port, metric_samples, test_words
 from service.engine.bundle import MANIFEST, load_bundle, write_manifest
 
@@ -36,7 +36,8 @@ def as_model(bundle_dir: Path, repository: Path, name: str) -> None:
 
 def loadgen(binary: str, server: Server, requests: Path, seconds: float, concurrency: int) -> subprocess.Popen:
     return subprocess.Popen([binary, "--target", server.addr, "--method", METHOD, "--requests", str(requests),
-                             "--seconds", str(seconds), "--deadline-ms", "30000", "--concurrency", str(concurrency)],
+                             "--seconds", str(seconds), "--deadline-ms", "30000", "--concurrency", str(concurrency),
+                             "--channels", str(CHANNELS)],
                             stdout=subprocess.PIPE, text=True)
 
 
