@@ -205,3 +205,13 @@ def test_gold_scoring_counts_the_known_errors_of_a_hand_made_gold_file(corpus, b
         evaluate.main(["--server", server.address, "--gold", gold, "--beam-size", str(beam)])
     served = json.loads(capsys.readouterr().out)
     assert (served["wer_percent"], served["wrong"], served["words"]) == (50.0, 2, 4)
+
+
+def test_the_cosine_schedule_warms_up_then_falls_to_min_lr_at_its_last_step():
+    from training.train import TrainConfig, cosine_lr
+
+    cfg = TrainConfig(lr=1e-2, min_lr=1e-4, lr_schedule="cosine", warmup_steps=10)
+    assert cosine_lr(cfg, 0, 100) == pytest.approx(1e-3) and cosine_lr(cfg, 9, 100) == pytest.approx(1e-2)
+    falling = [cosine_lr(cfg, s, 100) for s in range(10, 101)]
+    assert all(a > b for a, b in zip(falling, falling[1:])) and falling[-1] == pytest.approx(1e-4)
+    assert cosine_lr(cfg, 150, 100) == pytest.approx(1e-4)  # past its last step (a re-projected budget): the floor

@@ -53,6 +53,8 @@ class TrainConfig:
     # plateau: the two decays above, after each epoch. cosine: linear warmup over warmup_steps, then
     # lr falls along a half cosine to min_lr at the last step of max_epochs, step by step, whatever dev
     # does (the decays above are then unused): a small corpus keeps learning for every epoch it is given.
+    # With max_minutes, the last step is the one the time budget is projected to reach if that is
+    # sooner (re-projected after each epoch), so a run cut short by time still ends at a low rate.
     lr_schedule: str = "plateau"
     warmup_steps: int = 0
     clip_grad_norm: float = 1.0
@@ -195,6 +197,7 @@ def train(model_cfg_kwargs: dict, tcfg: TrainConfig, splits, data_desc: dict, ou
     history, best_wer, bad_epochs, started = [], float("inf"), 0, time.time()
     steps_per_epoch = len(distributed.shard(make_batches(train_ids, tcfg.batch_size, random.Random(0)), dist))
     total_steps, step = tcfg.max_epochs * steps_per_epoch, 0
+    schedule_steps = total_steps  # the cosine's last step: total_steps, or where the time budget ends
 
     def out_of_time() -> bool:
         return bool(tcfg.max_minutes) and (time.time() - started) / 60 > tcfg.max_minutes
@@ -210,7 +213,7 @@ def train(model_cfg_kwargs: dict, tcfg: TrainConfig, splits, data_desc: dict, ou
         for idx in bar:
             if tcfg.lr_schedule == "cosine":
                 for g in opt.param_groups:
-                    g["lr"] = cosine_lr(tcfg, step, total_steps)
+                    g["lr"] = cosine_lr(tcfg, step, schedule_steps)
                 step += 1
             src, src_len, tgt_in, tgt_out = (t.to(dist.device) for t in collate([train_ids[i] for i in idx]))
             logits = step_model(src, src_len, tgt_in)  # (B, T, V)
@@ -242,6 +245,9 @@ def train(model_cfg_kwargs: dict, tcfg: TrainConfig, splits, data_desc: dict, ou
                 w.writeheader()
                 w.writerows(history)
             plot_history(history, out / "history.png")
+        if tcfg.lr_schedule == "cosine" and tcfg.max_minutes:  # the ranks' mean, so that they agree
+            spent = distributed.sum_all([(time.time() - started) / 60 / tcfg.max_minutes], dist)[0] / dist.world_size
+            schedule_steps = min(total_steps, max(step + 1, int(step / max(spent, 1e-9))))
         if dev.wer < best_wer:
             best_wer, bad_epochs = dev.wer, 0
             save_checkpoint(model, cfg, tcfg, data_desc, src_vocab, tgt_vocab, epoch, dev, history, out, dist)
