@@ -55,10 +55,27 @@ def test_engine_cap_bounds_every_request(tiny_bundle, greedy_loop):
     assert len(r.attn) <= 3
 
 
+class RecordingSession:
+    """An onnxruntime session that keeps the inputs of every run."""
+
+    def __init__(self, session):
+        self.session, self.feeds = session, []
+
+    def run(self, names, feeds, *args, **kw):
+        self.feeds.append({k: v.copy() for k, v in feeds.items()})
+        return self.session.run(names, feeds, *args, **kw)
+
+
 def test_unknown_symbols_are_decoded_as_unk(tiny_bundle, greedy_loop):
     engine = make_engine(tiny_bundle, greedy_loop=greedy_loop)
+    engine.encoder = RecordingSession(engine.encoder)
+    assert {"€", "¥"}.isdisjoint(engine.src_vocab) and {"a", "b"} <= set(engine.src_vocab)
     (r,) = engine.decode([list("a€b")])
+    (other,) = engine.decode([list("a¥b")])  # another symbol the model does not know
     assert r.src_tokens == ["a", "€", "b"] and r.attn.shape[1] == 3
+    a, b = engine.src_vocab.index("a"), engine.src_vocab.index("b")
+    assert [f["src"].tolist() for f in engine.encoder.feeds] == [[[a, engine.unk_id, b]]] * 2  # the encoder saw <unk>
+    assert other.output_ids == r.output_ids and other.score == r.score and np.array_equal(other.attn, r.attn)
 
 
 def test_onnx_loop_decodes_exactly_as_the_step_loop(tiny_bundle):
