@@ -23,8 +23,8 @@ def test_shipped_bundle_verifies_and_states_its_quality():
     assert "filter" in m["data"] and "split" in m["data"]
 
 
-@pytest.fixture(scope="module")
-def served():
+def start_shipped() -> tuple[subprocess.Popen, str]:
+    """`attnserve-server` on the shipped model, once it reports SERVING: the process and its address."""
     port, metrics_port = free_port(), free_port()
     env = {**os.environ, "ATTNSERVE_METRICS_PORT": str(metrics_port)}  # env equivalents work too
     proc = subprocess.Popen([str(BIN / "attnserve-server"), "--model-dir", str(SHIPPED_MODEL),
@@ -36,12 +36,17 @@ def served():
         check = subprocess.run([sys.executable, "-m", "service.client.healthcheck", "--addr", addr, "--timeout-s", "1"],
                                capture_output=True, text=True)
         if check.returncode == 0:
-            break
+            return proc, addr
         assert proc.poll() is None, proc.stdout.read()
         time.sleep(0.5)
-    else:
-        proc.kill()
-        pytest.fail("server did not report SERVING within 90 s")
+    proc.kill()
+    pytest.fail("server did not report SERVING within 90 s")
+
+
+@pytest.fixture(scope="module")
+def served():
+    """One server for the module's tests: none of them stops it."""
+    proc, addr = start_shipped()
     yield proc, addr
     if proc.poll() is None:
         proc.kill()
@@ -107,7 +112,11 @@ def test_the_shipped_model_is_served_in_int8_by_default_as_its_wer_allows(served
     assert json.loads(out.stdout)["precision"] == "int8", out.stdout + out.stderr
 
 
-def test_sigterm_exits_cleanly(served):
-    proc, _ = served
-    proc.send_signal(signal.SIGTERM)
-    assert proc.wait(timeout=30) == 0
+def test_sigterm_exits_cleanly():
+    proc, _ = start_shipped()  # its own: the module's server serves the other tests, in any order
+    try:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
