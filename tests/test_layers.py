@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.test_bench_layers import find_cycle  # the one cycle finder, tested there
+
 SERVICE = Path(__file__).resolve().parent.parent / "service"
 WIRE = ("grpc", "grpc_health", "grpc_reflection", "attnserve", "inference", "google.protobuf")
 # Top to bottom: a request walks down this list and never back up.
@@ -155,36 +157,8 @@ def test_the_check_fails_on_an_upward_import_absolute_or_relative(tmp_path, monk
     assert upward(root / "answering" / "down.py") == set()
 
 
-def cycle(graph: dict[str, set[str]]) -> list[str] | None:
-    """One import cycle of the graph (module -> modules it imports), or None."""
-    state: dict[str, int] = {}  # 1 on the path, 2 done
-    path: list[str] = []
-
-    def visit(node: str) -> list[str] | None:
-        state[node] = 1
-        path.append(node)
-        for nxt in sorted(graph.get(node, ())):
-            if state.get(nxt) == 1:
-                return path[path.index(nxt):] + [nxt]
-            if nxt not in state and (found := visit(nxt)):
-                return found
-        path.pop()
-        state[node] = 2
-        return None
-
-    for node in sorted(graph):
-        if node not in state and (found := visit(node)):
-            return found
-    return None
-
-
-def test_the_cycle_finder_finds_a_cycle():
-    assert cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
-    assert cycle({"a": {"b", "c"}, "b": {"c"}, "c": set()}) is None
-
-
 def test_no_import_cycle_in_the_service():
     files = {package_of(p) if p.name == "__init__.py" else f"{package_of(p)}.{p.stem}": p
              for p in SERVICE.rglob("*.py")}
     graph = {m: {n for n in imported(p, package_of(p)) if n in files and n != m} for m, p in files.items()}
-    assert cycle(graph) is None, f"import cycle: {' -> '.join(cycle(graph))}"
+    assert find_cycle(graph) is None, f"import cycle: {' -> '.join(find_cycle(graph))}"

@@ -164,15 +164,24 @@ async function transduce(event) {
     if (typeof v === "number" && !Number.isInteger(v)) { showError(`${k} must be a whole number`); return; }
   }
   const body = { inputs: [{ name: "TEXT", datatype: "BYTES", shape: [words.length], data: words }], parameters };
-  const button = $("submit");
+  await infer(model, body, $("submit"), "asking", (reply) => {
+    render(words, reply);
+    return `${words.length} word(s)`;
+  });
+}
+
+// One inference call from the page: the button held and the state shown while it runs (the browser
+// test waits on body[data-state]), the reply drawn by `draw` (which returns what the status says),
+// or the error shown with no stale results.
+async function infer(model, body, button, doing, draw) {
   button.disabled = true;
-  $("status").textContent = "asking\u2026";
+  $("status").textContent = `${doing}\u2026`;
   document.body.dataset.state = "busy";
   try {
     const reply = await api(`/v2/models/${encodeURIComponent(model)}/infer`, body);
     showError("");
-    render(words, reply);
-    $("status").textContent = `${model} v${reply.model_version}: ${words.length} word(s)`;
+    const said = draw(reply);
+    $("status").textContent = `${model} v${reply.model_version}: ${said}`;
     document.body.dataset.state = "done";
   } catch (e) {
     $("results").replaceChildren();

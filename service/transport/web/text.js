@@ -61,24 +61,10 @@ async function readText(event) {
     inputs: [{ name: "TEXT", datatype: "BYTES", shape: [1], data: [text] }],
     parameters: { text: true, alphabet: $("alphabet").value }, outputs: [{ name: "TOKENS" }],
   };
-  const button = $("read");
-  button.disabled = true;
-  $("status").textContent = "reading\u2026";
-  document.body.dataset.state = "busy";
-  try {
-    const reply = await api(`/v2/models/${encodeURIComponent(model)}/infer`, body);
-    showError("");
+  await infer(model, body, $("read"), "reading", (reply) => {
     renderText(text, JSON.parse(reply.outputs[0].data[0]));
-    $("status").textContent = `${model} v${reply.model_version}: one text`;
-    document.body.dataset.state = "done";
-  } catch (e) {
-    $("results").replaceChildren();
-    $("status").textContent = "";
-    showError(e.message);
-    document.body.dataset.state = "error";
-  } finally {
-    button.disabled = false;
-  }
+    return "one text";
+  });
 }
 
 $("textquery").addEventListener("submit", readText);
