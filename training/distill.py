@@ -8,7 +8,7 @@
 An ensemble (training/ensemble.py) is more accurate than its members and costs the sum of
 their compute. A single model trained on the ensemble's outputs, rather than on the
 references, can keep much of that accuracy at one model's speed (Kim & Rush). Here, with a
-two-member teacher on CMUdict, it has not (README, "Distillation"). The teacher decodes every
+two-member teacher on CMUdict, it has not (docs/training.md, "Distillation"). The teacher decodes every
 training source of its own corpus, in-process through the ONNX engine; the student's dev and
 test words keep their references, so it is measured like any other model, and a targets file
 holding a dev or test source is refused: the teacher's outputs on held-out words would leak

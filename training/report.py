@@ -153,7 +153,7 @@ def g2p_en_row(test_refs: dict) -> dict:
         from bench.peers import PEER_NOTE, g2p_en_outputs
 
         outputs, words_per_s = g2p_en_outputs(["".join(s) for s in test_refs])
-    except Exception as e:  # g2p-en is an optional extra (`pip install -e .[bench]`)
+    except ImportError as e:  # g2p-en is an optional extra (`pip install -e .[bench]`)
         return {"error": f"{type(e).__name__}: {e}"}
     sc = score({tuple(w): outputs[w] for w in outputs}, {tuple(w): test_refs[tuple(w)] for w in outputs})
     return {"test_wer": sc.wer, "test_per": sc.per, "words_per_s": words_per_s, "note": PEER_NOTE}
@@ -230,7 +230,7 @@ def shipped_lines(shipped: dict | None) -> list[str]:
         described = f"an ensemble of {len(members)} models ({described})"
     return ["## The shipped model", "",
             f"`{shipped['bundle']}` ({shipped['name']}): {described}; {shipped['parameters']:,} parameters. It was "
-            "trained with its own, longer budget, not the budget above (README, \"The shipped model\"; "
+            "trained with its own, longer budget, not the budget above (docs/models.md; "
             "`make train` reproduces it), and is measured here the same way as the variants:", "",
             "| model | test WER % | test PER % | " + " | ".join(f"WER {b}" for b in shipped["by_length"]) + " |",
             "|---|---:|---:|" + "---:|" * len(shipped["by_length"]),
