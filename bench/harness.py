@@ -89,26 +89,46 @@ def server_cpu_seconds(pid: int) -> float:
     return total
 
 
+def wait_serving(addr: str, proc: subprocess.Popen, timeout_s: float = 300) -> None:
+    """Until the gRPC health check of the server at addr says SERVING (every model loaded), asking
+    every 50 ms; RuntimeError when proc exits first or timeout_s passes."""
+    import grpc
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    deadline = time.monotonic() + timeout_s
+    with grpc.insecure_channel(addr) as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise RuntimeError(f"the server exited with {proc.returncode} before SERVING")
+            try:
+                if stub.Check(health_pb2.HealthCheckRequest(), timeout=1).status == health_pb2.HealthCheckResponse.SERVING:
+                    return
+            except grpc.RpcError:
+                pass
+            time.sleep(0.05)
+    raise RuntimeError(f"no SERVING from {addr} within {timeout_s} s")
+
+
 class Server:
-    """A server in its own process, ready when its health check (or first call) answers."""
+    """A server in its own process, ready when its health check says SERVING (or, for a peer
+    without the gRPC health service, when its port takes a connection)."""
 
     def __init__(self, argv: list[str], health: bool = True):
         self.port = free_port()
         self.proc = subprocess.Popen(argv + ["--port", str(self.port)], stdout=subprocess.DEVNULL,
                                      stderr=subprocess.DEVNULL)
         self.addr = f"127.0.0.1:{self.port}"
+        if health:
+            wait_serving(self.addr, self.proc, timeout_s=120)
+            return
         deadline = time.time() + 120
         while time.time() < deadline:
-            if health:
-                ok = subprocess.run([sys.executable, "-m", "service.client.healthcheck", "--addr", self.addr,
-                                     "--timeout-s", "1"], capture_output=True).returncode == 0
-            else:
-                import socket
+            import socket
 
-                with socket.socket() as s:
-                    ok = s.connect_ex(("127.0.0.1", self.port)) == 0
-            if ok:
-                return
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", self.port)) == 0:
+                    return
             time.sleep(0.5)
         raise RuntimeError(f"server {argv} did not start")
 

@@ -18,7 +18,7 @@ import sys
 import time
 from pathlib import Path
 
-from bench.harness import BIN, MODEL_ONLY, free_port, test_words
+from bench.harness import BIN, MODEL_ONLY, free_port, test_words, wait_serving
 
 RESULTS = Path(__file__).resolve().parent / "results"
 # What a user of many small models asks of one server.
@@ -49,25 +49,6 @@ def rss_mb(pid: int) -> float:
         except OSError:
             pass
     return total_kb / 1024
-
-
-def wait_serving(addr: str, proc: subprocess.Popen, timeout_s: float = 300) -> None:
-    import grpc
-    from grpc_health.v1 import health_pb2, health_pb2_grpc
-
-    deadline = time.monotonic() + timeout_s
-    with grpc.insecure_channel(addr) as channel:
-        stub = health_pb2_grpc.HealthStub(channel)
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                raise RuntimeError(f"the server exited with {proc.returncode} before SERVING")
-            try:
-                if stub.Check(health_pb2.HealthCheckRequest(), timeout=1).status == health_pb2.HealthCheckResponse.SERVING:
-                    return
-            except grpc.RpcError:
-                pass
-            time.sleep(0.05)
-    raise RuntimeError(f"no SERVING within {timeout_s} s")
 
 
 def latencies_ms(stub, model: str, words: list[str], calls: int, warmup: int = 20) -> list[float]:
