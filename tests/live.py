@@ -26,6 +26,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from service.engine.bundle import MANIFEST, load_bundle, write_manifest
 
 VENV_BIN = Path(sys.executable).parent
+REPO = Path(__file__).resolve().parents[1]
 
 
 # --- certificates ------------------------------------------------------------------------------
@@ -187,13 +188,23 @@ def wait_serving(address: str, timeout_s: float = 120, proc: subprocess.Popen | 
     raise TimeoutError(f"{address} not SERVING after {timeout_s} s")
 
 
-def spawn_server(model_dir: Path, port: int, *args: str, log_path: Path | None = None) -> subprocess.Popen:
-    """`attnserve-server` from the venv as a child process (stdout/stderr to log_path)."""
-    cmd = [str(VENV_BIN / "attnserve-server"), "--model-dir", str(model_dir), "--host", "127.0.0.1",
-           "--port", str(port), "--metrics-port", "-1", *args]
+def spawn_server(model_dir: Path, port: int, *args: str, log_path: Path | None = None,
+                 held: bool = False) -> subprocess.Popen:
+    """`attnserve-server` from the venv as a child process (stdout/stderr to log_path). held: the
+    same server whose engine, once warmed up, holds every call until release() (tests/held_server.py)."""
+    server = [sys.executable, "-m", "tests.held_server"] if held else [str(VENV_BIN / "attnserve-server")]
+    cmd = [*server, "--model-dir", str(model_dir), "--host", "127.0.0.1", "--port", str(port),
+           "--metrics-port", "-1", *args]
     out = open(log_path, "wb") if log_path else subprocess.DEVNULL
     env = {k: v for k, v in os.environ.items() if not k.startswith("ATTNSERVE_")}
-    return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
+    return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=REPO if held else None,
+                            stdin=subprocess.PIPE if held else None)
+
+
+def release(proc: subprocess.Popen) -> None:
+    """A held server's engine takes its calls from now on."""
+    proc.stdin.write(b"\n")
+    proc.stdin.flush()
 
 
 def terminate(proc: subprocess.Popen) -> None:
