@@ -31,7 +31,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -42,6 +41,9 @@ REPO = Path(__file__).resolve().parents[1]
 WORK = REPO / "build" / "container"
 SUMMARY = REPO / "build" / "container-check.json"
 VENV_BIN = Path(sys.executable).parent
+
+sys.path.insert(0, str(REPO))  # run as a file: the repository's tests/ too
+from tests.helpers import free_port, wait_serving  # noqa: E402  (what the tests reach servers with)
 
 IMAGE = "localhost/attnserve:container-check"
 APT_PACKAGES = {"podman": "podman", "runc": "runc", "debootstrap": "debootstrap"}  # command -> package
@@ -81,12 +83,6 @@ def run(cmd: list[str], *, check: bool = True, capture: bool = True, timeout: fl
     if check and r.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd[:4])}... exited {r.returncode}:\n{(r.stderr or '')[-3000:]}")
     return r
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 # ------------------------------------------------------------------------------------ tools --
@@ -292,23 +288,13 @@ def build(base: str, args) -> dict:
 # ------------------------------------------------------------------------------------ checks --
 
 def grpc_ready(address: str, deadline_s: float, container: str) -> float:
-    import grpc
-    from grpc_health.v1 import health_pb2, health_pb2_grpc
+    """Seconds until the container's server says SERVING."""
+    def gone() -> str | None:
+        state = podman("inspect", container, "--format", "{{.State.Status}}", check=False).stdout.strip()
+        return None if state in ("running", "created", "configured") else f"the container is {state!r} before serving"
     t0 = time.monotonic()
-    with grpc.insecure_channel(address) as channel:
-        stub = health_pb2_grpc.HealthStub(channel)
-        while time.monotonic() - t0 < deadline_s:
-            try:
-                if stub.Check(health_pb2.HealthCheckRequest(service="attnserve.v1.Transducer"),
-                              timeout=2).status == health_pb2.HealthCheckResponse.SERVING:
-                    return round(time.monotonic() - t0, 1)
-            except grpc.RpcError:
-                pass
-            state = podman("inspect", container, "--format", "{{.State.Status}}", check=False).stdout.strip()
-            if state not in ("running", "created", "configured"):
-                raise RuntimeError(f"the container is {state!r} before serving")
-            time.sleep(0.5)
-    raise RuntimeError(f"not SERVING after {deadline_s} s")
+    wait_serving(address, deadline_s, service="attnserve.v1.Transducer", gone=gone, poll_s=0.5)
+    return round(time.monotonic() - t0, 1)
 
 
 def check_health(address: str) -> dict:

@@ -15,7 +15,6 @@ import asyncio
 import os
 import random
 import signal
-import socket
 import string
 import subprocess
 import sys
@@ -23,9 +22,11 @@ import time
 from pathlib import Path
 
 import grpc
-from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from attnserve.v1 import attnserve_pb2 as pb, attnserve_pb2_grpc as pbg
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a file: the repository's tests/ too
+from tests.helpers import free_port, wait_serving  # noqa: E402  (what the tests reach servers with)
 
 COMMON = ("the of and to in is you that it he was for on are as with his they at be this have from or one had "
           "by word but not what all were we when your can said there use an each which she do how their if will "
@@ -54,12 +55,6 @@ def rss_mib(pid: int) -> float:
             if p == pid:
                 raise RuntimeError(f"no VmRSS for pid {pid}") from None
     return total
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def random_request(rng: random.Random) -> pb.TransduceRequest:
@@ -98,23 +93,6 @@ async def load(address: str, concurrency: int, seconds: float, counts: Counts, s
         await asyncio.gather(*(caller(i) for i in range(concurrency)))
 
 
-def wait_serving(address: str, proc: subprocess.Popen, timeout_s: float = 300) -> None:
-    deadline = time.monotonic() + timeout_s
-    with grpc.insecure_channel(address) as channel:
-        health = health_pb2_grpc.HealthStub(channel)
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                sys.exit(f"soak: the server exited with {proc.returncode} before serving")
-            try:
-                if health.Check(health_pb2.HealthCheckRequest(), timeout=1).status == \
-                        health_pb2.HealthCheckResponse.SERVING:
-                    return
-            except grpc.RpcError:
-                pass
-            time.sleep(0.2)
-    sys.exit(f"soak: the server was not SERVING after {timeout_s} s")
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model-dir", default=os.environ.get("MODEL_DIR", "models/g2p-en"))
@@ -133,7 +111,10 @@ def main(argv: list[str] | None = None) -> int:
     proc = subprocess.Popen([str(server), "--model-dir", args.model_dir, "--host", "127.0.0.1", "--port", str(port),
                              "--metrics-port", "-1", *server_args])
     try:
-        wait_serving(address, proc)
+        try:
+            wait_serving(address, 300, proc)
+        except (RuntimeError, TimeoutError) as e:
+            sys.exit(f"soak: {e}")
         warm = Counts()
         asyncio.run(load(address, args.concurrency, warmup_s, warm, args.seed))
         rss_start, counts = rss_mib(proc.pid), Counts()

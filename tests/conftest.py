@@ -1,10 +1,11 @@
-"""Shared fixtures: a tiny real model, trained in seconds, exported to a real bundle."""
+"""Shared fixtures: a tiny real model, trained in seconds, exported to a real bundle; a gRPC channel
+and stub to the server a module serves."""
 from __future__ import annotations
 
-import socket
 from pathlib import Path
 
 import pytest
+import pytest_asyncio
 
 REPO = Path(__file__).resolve().parents[1]
 SHIPPED_MODEL = REPO / "models" / "g2p-en"
@@ -54,7 +55,18 @@ def tiny_bundle(tiny_checkpoint, tmp_path_factory) -> Path:
     return model_dir
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+@pytest_asyncio.fixture(loop_scope="session")
+async def channel(server):
+    """A gRPC channel to the `server` fixture of the module using it (each such module has one)."""
+    import grpc
+
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{server.port}") as ch:
+        yield ch
+
+
+@pytest.fixture
+def stub(channel):
+    """The native Transducer API on `channel`."""
+    from attnserve.v1 import attnserve_pb2_grpc as pbg
+
+    return pbg.TransducerStub(channel)

@@ -1,4 +1,5 @@
-"""Helpers for tests against live servers: certificates, extra model versions, server processes."""
+"""Helpers for tests against live servers: certificates, extra model versions, server processes
+(free ports and waiting for SERVING: tests/helpers.py, which scripts/ share)."""
 from __future__ import annotations
 
 import asyncio
@@ -12,16 +13,13 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import grpc
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
-from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from service.engine.bundle import MANIFEST, load_bundle, write_manifest
 
@@ -169,23 +167,6 @@ class ThreadServer:
     @property
     def address(self) -> str:
         return f"127.0.0.1:{self.server.port}"
-
-
-def wait_serving(address: str, timeout_s: float = 120, proc: subprocess.Popen | None = None) -> None:
-    deadline = time.monotonic() + timeout_s
-    with grpc.insecure_channel(address) as channel:
-        health = health_pb2_grpc.HealthStub(channel)
-        while time.monotonic() < deadline:
-            if proc is not None and proc.poll() is not None:
-                raise RuntimeError(f"server exited with {proc.returncode} before serving")
-            try:
-                reply = health.Check(health_pb2.HealthCheckRequest(), timeout=1)
-                if reply.status == health_pb2.HealthCheckResponse.SERVING:
-                    return
-            except grpc.RpcError:
-                pass
-            time.sleep(0.1)
-    raise TimeoutError(f"{address} not SERVING after {timeout_s} s")
 
 
 def spawn_server(model_dir: Path, port: int, *args: str, log_path: Path | None = None,

@@ -21,8 +21,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha.proto_reflection_descriptor_database import ProtoReflectionDescriptorDatabase
 
 from attnserve.v1 import attnserve_pb2 as pb, attnserve_pb2_grpc as pbg
-from tests.conftest import free_port
-from tests.live import spawn_server, terminate, wait_serving
+from tests.helpers import free_port, wait_serving
+from tests.live import spawn_server, terminate
 
 GARBAGE_PER_METHOD, RANDOM_PER_METHOD = 60, 120
 DEADLINE_S = 10.0

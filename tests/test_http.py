@@ -9,7 +9,6 @@ import asyncio
 import json
 
 import aiohttp
-import grpc
 import numpy as np
 import pytest
 import pytest_asyncio
@@ -39,12 +38,6 @@ async def server(tiny_bundle, tmp_path_factory):
 async def http(server):
     async with aiohttp.ClientSession(f"http://127.0.0.1:{server.metrics_port}") as session:
         yield session
-
-
-@pytest_asyncio.fixture(loop_scope="session")
-async def channel(server):
-    async with grpc.aio.insecure_channel(f"127.0.0.1:{server.port}") as ch:
-        yield ch
 
 
 def triton_http(port: int):

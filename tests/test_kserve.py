@@ -53,12 +53,6 @@ def triton(server, worker):
     return call
 
 
-@pytest_asyncio.fixture(loop_scope="session")
-async def channel(server):
-    async with grpc.aio.insecure_channel(f"127.0.0.1:{server.port}") as ch:
-        yield ch
-
-
 def words(*texts: str | bytes) -> np.ndarray:
     return np.array([t.encode() if isinstance(t, str) else t for t in texts], dtype=np.object_)
 

@@ -105,12 +105,6 @@ async def server(lexicon_model):
         yield s
 
 
-@pytest_asyncio.fixture(loop_scope="session")
-async def stub(server):
-    async with grpc.aio.insecure_channel(f"127.0.0.1:{server.port}") as channel:
-        yield pbg.TransducerStub(channel)
-
-
 async def test_dictionary_words_come_back_as_the_dictionary_has_them(stub, corpus):
     words = [w for w, prons in corpus.items() if len(prons) >= 2][:3] + [next(iter(corpus))]
     reply = await stub.Transduce(pb.TransduceRequest(inputs=words, options=pb.DecodeOptions(n_best=4, beam_size=4)))

@@ -27,7 +27,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from attnserve.v1 import attnserve_pb2 as pb, attnserve_pb2_grpc as pbg
-from tests.conftest import free_port
+from tests.helpers import free_port
 from tests.test_deploy import DASHBOARD, PROMETHEUS, _dashboard_queries, promql_metric_names
 from tests.live import serving
 from tests.test_server import config

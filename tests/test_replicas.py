@@ -11,8 +11,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from attnserve.v1 import attnserve_pb2 as pb, attnserve_pb2_grpc as pbg
 from service.client.balancing import channel_options
 from service.config import Config, ServerConfig
-from tests.conftest import free_port
-from tests.live import serving, spawn_server, terminate, wait_serving
+from tests.helpers import free_port, wait_serving
+from tests.live import serving, spawn_server, terminate
 
 CALLERS = 8
 WORDS = ["replica", "balance", "failover", "attention"]

@@ -34,12 +34,6 @@ async def server(tiny_bundle, request):
         yield s
 
 
-@pytest_asyncio.fixture(loop_scope="session")
-async def stub(server):
-    async with grpc.aio.insecure_channel(f"127.0.0.1:{server.port}") as channel:
-        yield pbg.TransducerStub(channel)
-
-
 async def metric_samples(server, name):
     # in a thread: the server's HTTP port is served by this very event loop
     url = f"http://127.0.0.1:{server.metrics_port}/metrics"

@@ -4,13 +4,13 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from service.engine.bundle import load_bundle
-from tests.conftest import SHIPPED_MODEL, free_port
+from tests.conftest import SHIPPED_MODEL
+from tests.helpers import free_port, wait_serving
 
 BIN = Path(sys.executable).parent
 
@@ -31,16 +31,17 @@ def start_shipped() -> tuple[subprocess.Popen, str]:
                              "--host", "127.0.0.1", "--port", str(port), "--grace-period-s", "5"],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     addr = f"127.0.0.1:{port}"
-    deadline = time.time() + 90
-    while time.time() < deadline:
-        check = subprocess.run([sys.executable, "-m", "service.client.healthcheck", "--addr", addr, "--timeout-s", "1"],
-                               capture_output=True, text=True)
-        if check.returncode == 0:
-            return proc, addr
-        assert proc.poll() is None, proc.stdout.read()
-        time.sleep(0.5)
-    proc.kill()
-    pytest.fail("server did not report SERVING within 90 s")
+    try:
+        wait_serving(addr, 90, proc)
+    except RuntimeError as e:  # it exited
+        pytest.fail(f"{e}:\n{proc.stdout.read()}")
+    except TimeoutError as e:
+        proc.kill()
+        pytest.fail(str(e))
+    check = subprocess.run([sys.executable, "-m", "service.client.healthcheck", "--addr", addr, "--timeout-s", "5"],
+                           capture_output=True, text=True)  # what the image's HEALTHCHECK runs
+    assert (check.returncode, check.stdout.strip()) == (0, "SERVING"), check.stderr
+    return proc, addr
 
 
 @pytest.fixture(scope="module")

@@ -12,8 +12,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from attnserve.v1 import attnserve_pb2 as pb, attnserve_pb2_grpc as pbg
 from inference import grpc_service_pb2 as kpb, grpc_service_pb2_grpc as kpbg
 from scripts.container_check import received  # the one count of calls a server has taken in
-from tests.conftest import free_port
-from tests.live import release, spawn_server, terminate, wait_serving
+from tests.helpers import free_port, wait_serving
+from tests.live import release, spawn_server, terminate
 
 WORDS = ["internationalization", "characteristically", "photosynthesis", "counterproductive",
          "incomprehensible", "extraordinarily", "misunderstanding", "responsibilities"]

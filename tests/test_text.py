@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import pytest_asyncio
 
-from attnserve.v1 import attnserve_pb2 as pb, attnserve_pb2_grpc as pbg
+from attnserve.v1 import attnserve_pb2 as pb
 from service.config import AnswerConfig, Config, ServerConfig
 from service.engine.bundle import load_bundle
 from tests import triton_calls
@@ -68,12 +68,6 @@ async def server(repository):
                  answering=AnswerConfig(cache_entries=1000))
     async with serving(cfg) as s:
         yield s
-
-
-@pytest_asyncio.fixture(loop_scope="session")
-async def stub(server):
-    async with grpc.aio.insecure_channel(f"127.0.0.1:{server.port}") as channel:
-        yield pbg.TransducerStub(channel)
 
 
 async def read(stub, *texts, model="", **options):

@@ -24,8 +24,8 @@ from prometheus_client.multiprocess import MultiProcessCollector
 from attnserve.v1 import attnserve_pb2 as pb, attnserve_pb2_grpc as pbg
 from inference import grpc_service_pb2 as kpb, grpc_service_pb2_grpc as kpbg
 from bench.harness import metric_samples
-from tests.conftest import free_port
-from tests.live import VENV_BIN, add_version, copy_model, terminate, wait_serving
+from tests.helpers import free_port, wait_serving
+from tests.live import VENV_BIN, add_version, copy_model, terminate
 
 WORKERS = 2
 MAX_CONNECTIONS = 200  # only bounds a hang: each new connection lands on a worker at random

@@ -1,0 +1,45 @@
+"""Helpers for reaching a server process, shared by the tests and scripts/ (soak, container check).
+
+Nothing beyond the serve extra (grpcio and its health checking): `make soak` runs them in a
+serve-only venv. Test-only helpers (certificates, bundles, in-process servers) are in tests/live.py.
+"""
+from __future__ import annotations
+
+import socket
+import subprocess
+import time
+from typing import Callable
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+
+def free_port() -> int:
+    """A loopback port nothing listens on now (the server binds it next)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_serving(address: str, timeout_s: float = 120, proc: subprocess.Popen | None = None, *,
+                 service: str = "", gone: Callable[[], str | None] | None = None, poll_s: float = 0.1) -> None:
+    """Until gRPC health at `address` says SERVING (for `service`; "" is the server as a whole).
+    Fails at once when `proc` has exited or `gone()` says why the server went away; the deadline
+    only bounds a hang (a server's start-up has no event to wait on from outside)."""
+    deadline = time.monotonic() + timeout_s
+    with grpc.insecure_channel(address) as channel:
+        health = health_pb2_grpc.HealthStub(channel)
+        while time.monotonic() < deadline:
+            if proc is not None and proc.poll() is not None:
+                raise RuntimeError(f"server exited with {proc.returncode} before serving")
+            why = gone() if gone is not None else None
+            if why:
+                raise RuntimeError(why)
+            try:
+                reply = health.Check(health_pb2.HealthCheckRequest(service=service), timeout=1)
+                if reply.status == health_pb2.HealthCheckResponse.SERVING:
+                    return
+            except grpc.RpcError:
+                pass
+            time.sleep(poll_s)
+    raise TimeoutError(f"{address} not SERVING after {timeout_s} s")
