@@ -9,9 +9,9 @@ The peers run our own Engine, so what differs is the serving stack: MLServer 1.7
 (bench/bentoml_service.py; REST only), each with its adaptive batching, each from its own virtual
 environment (bench/peer_servers.py). All get the test split's words, lexicon and cache off on our
 side (the peers have neither): single-word ModelInfer calls over gRPC from bench/cpp/loadgen.cc
-(closed loop at 1, 16 and 64 calls outstanding, and 16 words a call at 16) and single-word calls
-over REST from wrk (Debian's; a Lua script cycles the words) at 1, 16 and 64 connections, every
-point --seconds long. attnserve runs as it ships (--workers 0: one process per core) and as one
+(closed loop at 1, 16 and 64 calls outstanding, and 16 words a call at 16; one connection at 1, 64
+otherwise) and single-word calls over REST from wrk (Debian's; a Lua script cycles the words) at 1,
+16 and 64 connections, every point --seconds long. attnserve runs as it ships (--workers 0: one process per core) and as one
 process (--workers 1), the mode before worker processes, for the ratio between the two in the same run.
 
 Each point records calls/s, latency, errors, the server's CPU per call and the cores it used: the
@@ -34,7 +34,16 @@ from bench.overload import METHOD, write_requests
 from bench.peer_servers import BENTOML, MLSERVER, BentoML, MLServer, oip_wrk_script
 from service.engine.bundle import load_bundle
 
-CHANNELS = 64  # loadgen connections: the kernel spreads connections, not calls, over worker processes
+# The loadgen's connections: a lone caller has one; calls outstanding by the dozen come from many callers,
+# 64 connections' worth, which the kernel spreads over worker processes (it spreads connections, not
+# calls). wrk, for REST, opens one connection per call outstanding.
+CHANNELS = 64
+
+
+def channels(concurrency: int) -> int:
+    return 1 if concurrency == 1 else CHANNELS
+
+
 GRPC_POINTS = {"c1": (1, 1), "c16": (16, 1), "c64": (64, 1), "16 words c16": (16, 16)}  # (calls outstanding, words)
 REST_POINTS = {"REST c1": 1, "REST c16": 16, "REST c64": 64}
 # The peers' settings compared first (--tune; `make bench` does): MLServer's inference worker processes
@@ -70,7 +79,7 @@ def grpc_point(loadgen: str, server, requests: Path, seconds: float, concurrency
     cpu0, t0 = server_cpu_seconds(server.proc.pid), time.perf_counter()
     out = subprocess.run([loadgen, "--target", server.addr, "--method", METHOD, "--requests", str(requests),
                           "--seconds", str(seconds), "--deadline-ms", "30000", "--concurrency", str(concurrency),
-                          "--channels", str(CHANNELS)], capture_output=True, text=True, check=True).stdout
+                          "--channels", str(channels(concurrency))], capture_output=True, text=True, check=True).stdout
     wall, cpu = time.perf_counter() - t0, server_cpu_seconds(server.proc.pid) - cpu0
     r = json.loads(out)
     ok = r["latency_ms"].get("OK", {"p50_ms": 0.0, "p90_ms": 0.0, "p99_ms": 0.0})
@@ -143,6 +152,7 @@ def workload(bundle_dir: Path, tmp: Path) -> dict:
 
 def measure(bundle_dir: Path, loadgen: str, seconds: float, rounds: int, peer_settings: dict,
             attnserve_workers: tuple[int, ...] = (0, 1)) -> dict:
+    load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmp:
         work = workload(bundle_dir, Path(tmp))
         out = []
@@ -157,8 +167,9 @@ def measure(bundle_dir: Path, loadgen: str, seconds: float, rounds: int, peer_se
                 with PEERS[peer](bundle_dir, settings) as m:
                     this[peer] = points(loadgen, m, work, seconds)
             out.append(this)
+    # What else ran shows in the load average: with nothing else, this run's own processes keep it near 2.
     return {"seconds": seconds, "channels": CHANNELS, "peer_settings": peer_settings,
-            "cpus": len(os.sched_getaffinity(0)), "rounds": out}
+            "cpus": len(os.sched_getaffinity(0)), "load_average": [load_before, os.getloadavg()[0]], "rounds": out}
 
 
 def ratio(run: dict, ours: str, theirs: str, point: str, key: str = "calls_per_s") -> float:
@@ -204,8 +215,10 @@ def target_rows(r: dict) -> list[tuple[str, list[float], float, bool]]:
 
 def lines(r: dict) -> list[str]:
     peers = "; ".join(f"{peer} {settings}" for peer, settings in r["peer_settings"].items())
-    out = [f"{peers}; {r['seconds']:g} s a point, {r['channels']} gRPC connections, "
-           f"{r['cpus']} CPUs shared by client and server.", "",
+    out = [f"{peers}; {r['seconds']:g} s a point, gRPC over one connection at c1 and {r['channels']} else, "
+           f"{r['cpus']} CPUs shared by client and server" + (
+               "; 1-minute load average {:.1f} at the start and {:.1f} at the end".format(*r["load_average"])
+               if "load_average" in r else "") + ".", "",
            "| target | each round | needed | met |", "|---|---|---|---|"]
     out += [f"| {what} | {', '.join(f'{f:.2f}' for f in figures)} | {need} | {'yes' if met else '**no**'} |"
             for what, figures, need, met in target_rows(r)]

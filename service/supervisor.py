@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 import os
 import shutil
@@ -30,6 +31,8 @@ import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from prometheus_client import multiprocess
 
 from service.config import Config
 from service.control import FD_ENV, INDEX_ENV, Lines, encode_error
@@ -77,19 +80,22 @@ class Supervisor:
         self.stopping = False
         self.exit_code = 0
         self._one_at_a_time = asyncio.Lock()  # admin operations, in one order for every worker
-        self._ids = iter(range(1 << 62))
+        self._ids = itertools.count()
+        self.metrics = Path()
         self._tasks: set[asyncio.Task] = set()
         self._reserved: list[socket.socket] = []
 
     async def run(self) -> int:
-        metrics, temporary = metrics_dir()
+        self.metrics, temporary = metrics_dir()
         ports = self._ports()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.forward, sig)
         try:
             for index in range(self.count):
-                self.workers.append(await self._spawn(index, ports, metrics))
+                if self.stopping:  # a signal while starting: the workers started so far stop, no more start
+                    break
+                self.workers.append(await self._spawn(index, ports, self.metrics))
             log.info("supervising %d workers on port %d (HTTP %d)", self.count, *ports)
             waits = {asyncio.ensure_future(w.proc.wait()): w for w in self.workers}
             readers = [self._task(self._listen(w)) for w in self.workers]
@@ -101,12 +107,8 @@ class Supervisor:
         finally:
             for sock in self._reserved:
                 sock.close()
-            from prometheus_client import multiprocess
-
-            for w in self.workers:
-                multiprocess.mark_process_dead(w.proc.pid, str(metrics))
             if temporary:
-                shutil.rmtree(metrics, ignore_errors=True)
+                shutil.rmtree(self.metrics, ignore_errors=True)
         return self.exit_code
 
     def _ports(self) -> tuple[int, int]:
@@ -155,6 +157,8 @@ class Supervisor:
         for pending in w.pending.values():  # an operation it never finished
             if not pending.done():
                 pending.set_result(encode_error(NotReady(f"worker {w.index} exited with code {code}")))
+        # Its live gauges (in flight, queue depth) leave the sums at once; its counters stay counted.
+        multiprocess.mark_process_dead(w.proc.pid, str(self.metrics))
         if code != 0:
             self.exit_code = self.exit_code or (code if code > 0 else 1)
         if not self.stopping:
@@ -168,7 +172,7 @@ class Supervisor:
             kind = message["kind"]
             if kind == "ready":
                 w.loaded = True
-                if all(x.loaded for x in self.workers) and len(self.workers) == self.count:
+                if len(self.workers) == self.count and all(x.loaded for x in self.workers):
                     for x in self.workers:
                         x.lines.send(kind="serving")
                     log.info("every worker has loaded: SERVING")
