@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -249,3 +250,24 @@ async def test_a_worker_that_dies_takes_the_server_down(repository, tmp_path):
     assert exit_code != 0
     assert not any(Path(f"/proc/{pid}").exists() for pid in others)  # stopped, and waited for
     assert "exited with code -9 on its own" in server.log.read_text()
+
+
+async def test_port_0_gives_every_worker_the_same_free_ports(repository, tmp_path):
+    """The supervisor picks the free ports itself (each worker picking its own would part them)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ATTNSERVE_")}
+    log = tmp_path / "server.log"
+    proc = subprocess.Popen([str(VENV_BIN / "attnserve-server"), "--workers", str(WORKERS), "--model-repository",
+                             str(repository), "--host", "127.0.0.1", "--port", "0", "--metrics-port", "0"],
+                            stdout=open(log, "wb"), stderr=subprocess.STDOUT, env=env)
+    try:
+        deadline = time.monotonic() + 120
+        while (found := re.search(r"supervising \d+ workers on port (\d+) \(HTTP (\d+)\)", log.read_text())) is None:
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
+            await asyncio.sleep(0.1)
+        port, http_port = int(found[1]), int(found[2])
+        await asyncio.to_thread(wait_serving, f"127.0.0.1:{port}", 180, proc)
+        serving = re.findall(r"\[worker (\d)\]: serving .* on port (\d+) \(.*metrics on (\d+)\)", log.read_text())
+        assert sorted(serving) == [(str(i), str(port), str(http_port)) for i in range(WORKERS)], serving
+        assert any(s.name == "attnserve_model_info" for s in metric_samples(http_port))
+    finally:
+        terminate(proc)
