@@ -255,10 +255,12 @@ def main(argv=None):
     p.add_argument("--tune", action="store_true", help="compare the peers' settings first and keep each one's best")
     p.add_argument("--attnserve-workers", type=int, nargs="+", default=[0, 1])
     p.add_argument("--peers", nargs="*", default=[peer for peer in PEERS if available(peer)])
+    p.add_argument("--peer-settings", type=json.loads, default={},
+                   help='each peer\'s settings as JSON, e.g. a run\'s "peer_settings" (instead of tuning again)')
     p.add_argument("--out", default="bench/results")
     args = p.parse_args(argv)
     bundle_dir = Path(args.bundle)
-    settings, tuning = {peer: DEFAULTS[peer] for peer in args.peers}, {}
+    settings, tuning = {peer: args.peer_settings.get(peer, DEFAULTS[peer]) for peer in args.peers}, {}
     if args.tune:
         with tempfile.TemporaryDirectory() as tmp:
             tuning = {k: v for k, v in tune(bundle_dir, args.loadgen, workload(bundle_dir, Path(tmp)),
