@@ -352,13 +352,13 @@ def check_metrics(metrics_port: int) -> dict:
             "example": ours[0] if ours else None}
 
 
-def received(metrics_port: int) -> float:
-    """Transduce calls the server has taken in: finished plus in flight."""
+def received(metrics_port: int, rpc: str = "Transduce") -> float:
+    """`rpc` calls the server has taken in: finished plus in flight (calls of any RPC)."""
     from prometheus_client.parser import text_string_to_metric_families
     total = 0.0
     for family in text_string_to_metric_families(scrape(metrics_port)):
         for s in family.samples:
-            if s.name == "attnserve_requests_total" and s.labels.get("rpc") == "Transduce":
+            if s.name == "attnserve_requests_total" and s.labels.get("rpc") == rpc:
                 total += s.value
             elif s.name == "attnserve_inflight_requests":
                 total += s.value

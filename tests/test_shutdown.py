@@ -113,21 +113,25 @@ SIXTEEN = (WORDS * 2)[:16]
 
 async def test_sigterm_just_after_a_burst_loses_no_call(tiny_bundle, tmp_path, capsys):
     """48 ModelInfer calls of 16 words over one warm connection, SIGTERM a few ms later: every
-    call is answered (the lame duck takes what arrived), at each timing; the server exits 0."""
+    call is answered (the lame duck takes what was on its way), at each timing; the server exits 0.
+    The lame duck lasts until the server has counted every call, then a second SIGTERM ends it: a
+    lame duck of fixed length would also be a bound on how soon a busy machine delivers the calls."""
     rows = []
-    for after_ms in SIGNAL_AFTER_MS:
-        port = free_port()
-        proc = spawn_server(tiny_bundle, port, "--lame-duck-s", "0.5", "--grace-period-s", "30",
-                            log_path=tmp_path / f"server-{after_ms}.log")
+    for after_ms in SIGNAL_AFTER_MS:  # the signal's timing against the burst: any must pass
+        port, metrics_port = free_port(), free_port()
+        proc = spawn_server(tiny_bundle, port, "--metrics-port", str(metrics_port), "--lame-duck-s", "120",
+                            "--grace-period-s", "30", log_path=tmp_path / f"server-{after_ms}.log")
         try:
             await asyncio.to_thread(wait_serving, f"127.0.0.1:{port}", 120, proc)
             async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
                 stub = kpbg.GRPCInferenceServiceStub(channel)
                 await stub.ModelInfer(infer_request(["warm"]), timeout=10)  # the connection is up
-                burst = [asyncio.ensure_future(stub.ModelInfer(infer_request(SIXTEEN), timeout=30))
+                burst = [asyncio.ensure_future(stub.ModelInfer(infer_request(SIXTEEN), timeout=60))
                          for _ in range(48)]
                 await asyncio.sleep(after_ms / 1000)
                 proc.send_signal(signal.SIGTERM)
+                await until_counted(lambda: received(metrics_port, "ModelInfer"), 1 + len(burst))
+                proc.send_signal(signal.SIGTERM)  # ends the lame duck: drain and exit
                 outcomes = await asyncio.gather(*burst, return_exceptions=True)
             exit_code = await asyncio.to_thread(proc.wait, 60)
         finally:
