@@ -6,6 +6,7 @@ overrides are checked end to end over gRPC on a real server, an overrides change
 """
 import asyncio
 import shutil
+import time
 
 import grpc
 import numpy as np
@@ -158,19 +159,24 @@ async def test_overrides_win_are_refused_when_bad_and_change_under_load(server, 
     async def answer():
         return (await stub.Transduce(pb.TransduceRequest(inputs=[word]))).results[0]
 
-    async def until(predicate):
-        for _ in range(100):
-            if predicate(await answer()):
-                return
+    def refused() -> float:
+        return server.metrics.registry.get_sample_value(
+            "attnserve_overrides_loads_total", {"model": "tiny", "result": "refused"}) or 0
+
+    async def until(predicate, answered=True):
+        """A poll of the server (which polls the file) until predicate(its answer), or predicate() with
+        answered=False; the deadline only bounds a hang."""
+        deadline = time.monotonic() + 60
+        while not (predicate(await answer()) if answered else predicate()):
+            assert time.monotonic() < deadline, "the overrides change was not picked up"
             await asyncio.sleep(0.05)
-        raise AssertionError("the overrides change was not picked up")
 
     callers = [asyncio.create_task(load()) for _ in range(4)]
     try:
         overrides.write_text(f"{word}\tAH B AH\n")
         await until(lambda r: r.output_text == "AH B AH" and r.origin == pb.ORIGIN_OVERRIDE)
         overrides.write_text(f"{word}\tAH B AH\n{word}\tAH\n")  # a duplicate: refused, the previous stay
-        await asyncio.sleep(0.5)
+        await until(lambda: refused() == 1, answered=False)
         assert (await answer()).output_text == "AH B AH"
         overrides.write_text(f"{word}\tEH\n")
         await until(lambda r: r.output_text == "EH")
