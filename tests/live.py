@@ -122,6 +122,25 @@ def copy_model(model_dir: Path, repository: Path, name: str, *, break_onnx: bool
 
 # --- servers -----------------------------------------------------------------------------------
 
+@contextlib.contextmanager
+def held(engine, timeout_s: float = 120):
+    """Within: the in-process engine's encoder runs (every decode and step starts with one) wait
+    until the yielded event is set, so calls are provably queued or in flight on any machine.
+    tests/held_server.py does the same to a server process."""
+    release, encode = threading.Event(), engine.encode
+
+    def held_encode(*args, **kwargs):
+        if not release.wait(timeout_s):
+            raise TimeoutError(f"the test never released the engine ({timeout_s} s)")
+        return encode(*args, **kwargs)
+
+    engine.encode = held_encode
+    try:
+        yield release
+    finally:
+        release.set()
+        del engine.encode  # the class's own again
+
 async def start_loaded(cfg):
     """A real server on loopback (build, bind, load and warm): what every in-process test serves."""
     from service.server import build_server

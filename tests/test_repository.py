@@ -5,6 +5,7 @@ import asyncio
 import functools
 import multiprocessing
 import shutil
+import time
 from concurrent.futures import ProcessPoolExecutor
 
 import grpc
@@ -16,7 +17,7 @@ from attnserve.v1 import attnserve_pb2 as pb, attnserve_pb2_grpc as pbg
 from inference import grpc_service_pb2 as kpb, grpc_service_pb2_grpc as kpbg
 from service.config import AnswerConfig, BatcherConfig, Config, RepositoryConfig, ServerConfig
 from tests import triton_calls
-from tests.live import add_version, copy_bundle, copy_model, serving
+from tests.live import add_version, copy_bundle, copy_model, held, serving
 
 
 @pytest.fixture(scope="module")
@@ -35,6 +36,14 @@ async def server(repository):
                  answering=AnswerConfig(cache_entries=0), batcher=BatcherConfig(max_batch_size=16))
     async with serving(cfg) as s:
         yield s
+
+
+async def until(predicate, timeout_s: float = 60) -> None:
+    """A poll of the in-process server's state; the deadline only bounds a hang."""
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, "the server never reached the state waited for"
+        await asyncio.sleep(0.01)
 
 
 class Callers:
@@ -106,11 +115,11 @@ async def test_one_model_reloads_while_the_other_is_under_load_without_a_failure
     async with grpc.aio.insecure_channel(f"127.0.0.1:{server.port}") as channel:
         stub = pbg.TransducerStub(channel)
         async with Callers(stub, "tiny") as load:
-            await asyncio.sleep(0.3)
+            await until(lambda: load.done >= 8)  # the load is running
             before = load.done
             add_version(repository / "other", "2")
             info = await stub.ReloadModel(pb.ReloadModelRequest(model_name="other"), timeout=60)
-            await asyncio.sleep(0.3)
+            await until(lambda: load.done >= before + 8)  # and goes on
     assert (info.name, info.version) == ("other", "2")
     assert load.failed == [] and load.done > before
 
@@ -136,15 +145,15 @@ async def test_stock_tritonclient_lists_loads_and_unloads_models_while_another_i
             async with Callers(stub, "tiny") as load:
                 assert await triton("load", "late") is None
                 late = await stub.Transduce(pb.TransduceRequest(inputs=["hello"], model_name="late"), timeout=10)
-                in_flight = [asyncio.ensure_future(stub.Transduce(pb.TransduceRequest(inputs=["queued"] * 8,
-                                                                                      model_name="late"), timeout=10))
-                             for _ in range(4)]
                 late_batcher = server.repository.models["late"].answerer.batcher
-                for _ in range(500):  # until all 32 sources are admitted (queued or decoding)
-                    if len(late_batcher._pending) >= 32:
-                        break
-                    await asyncio.sleep(0.01)
-                assert await triton("unload", "late") is None
+                with held(late_batcher.engine) as release:  # the calls below stay admitted until the unload
+                    in_flight = [asyncio.ensure_future(stub.Transduce(
+                        pb.TransduceRequest(inputs=["queued"] * 8, model_name="late"), timeout=60)) for _ in range(4)]
+                    await until(lambda: len(late_batcher._pending) == 32)  # all 32 sources queued or decoding
+                    unloading = asyncio.ensure_future(triton("unload", "late"))
+                    await until(lambda: "late" not in server.repository.models)  # new calls: NOT_FOUND
+                    release.set()
+                    assert await unloading is None
                 admitted = await asyncio.gather(*in_flight, return_exceptions=True)
                 with pytest.raises(grpc.aio.AioRpcError) as gone:
                     await stub.Transduce(pb.TransduceRequest(inputs=["hello"], model_name="late"), timeout=10)
@@ -184,18 +193,17 @@ async def test_a_model_is_never_queued_behind_another_models_backlog(server):
     async with grpc.aio.insecure_channel(f"127.0.0.1:{server.port}") as channel:
         stub = pbg.TransducerStub(channel)
         words = ["internationalization", "characteristically", "photosynthesis", "counterproductive"] * 4
-        backlog = [asyncio.ensure_future(stub.Transduce(pb.TransduceRequest(inputs=words), timeout=60))
-                   for _ in range(48)]  # 768 sources for a batch of 16
-        for _ in range(500):
-            if tiny_queue._value.get() >= 200:
-                break
-            await asyncio.sleep(0.01)
-        depth_before = tiny_queue._value.get()
-        reply = await stub.Transduce(pb.TransduceRequest(inputs=["hello"], model_name="other"), timeout=10)
-        depth_after = tiny_queue._value.get()
-        await asyncio.gather(*backlog)
+        with held(server.repository.models["tiny"].answerer.batcher.engine) as release:  # tiny's queue stays
+            backlog = [asyncio.ensure_future(stub.Transduce(pb.TransduceRequest(inputs=words), timeout=60))
+                       for _ in range(48)]  # 768 sources for a batch of 16
+            await until(lambda: tiny_queue._value.get() >= 200)
+            depth_before = tiny_queue._value.get()
+            reply = await stub.Transduce(pb.TransduceRequest(inputs=["hello"], model_name="other"), timeout=10)
+            depth_after = tiny_queue._value.get()
+            release.set()
+            await asyncio.gather(*backlog)
     assert reply.model_name == "other" and reply.results[0].output_tokens
-    assert depth_before >= 200 and depth_after >= 16, (depth_before, depth_after)  # tiny's backlog still queued
+    assert depth_after >= depth_before >= 200, (depth_before, depth_after)  # tiny's backlog still queued
 
 
 async def test_polling_serves_a_model_directory_copied_in(tiny_bundle, tmp_path):
@@ -209,10 +217,7 @@ async def test_polling_serves_a_model_directory_copied_in(tiny_bundle, tmp_path)
         stub = pbg.TransducerStub(channel)
         copy_bundle(tiny_bundle / "1", root / ".arriving" / "1", name="arrived")
         (root / ".arriving").rename(root / "arrived")
-        for _ in range(100):
-            if s.repository.is_ready("arrived"):
-                break
-            await asyncio.sleep(0.1)
+        await until(lambda: s.repository.is_ready("arrived"))
         reply = await stub.Transduce(pb.TransduceRequest(inputs=["hello"], model_name="arrived"), timeout=10)
         status = {m.name: m.state for m in (await stub.ListModels(pb.ListModelsRequest(), timeout=10)).models}
     assert reply.model_name == "arrived" and status == {"tiny": "READY", "arrived": "READY"}
