@@ -60,6 +60,13 @@ class Load:
             except grpc.aio.AioRpcError as e:
                 self.failures.append(f"{e.code().name}: {e.details()}")
 
+    async def more(self, n: int = 10, timeout_s: float = 60) -> None:
+        """Until n more replies have come: the load is running (a poll; the deadline bounds a hang)."""
+        target, deadline = len(self.replies) + n, time.monotonic() + timeout_s
+        while len(self.replies) < target:
+            assert time.monotonic() < deadline, f"{len(self.replies)} replies, not {target}: {self.failures[:3]}"
+            await asyncio.sleep(0.01)
+
     async def __aenter__(self):
         self._tasks = [asyncio.ensure_future(self._caller(i)) for i in range(self.callers)]
         return self
@@ -90,12 +97,12 @@ async def test_reload_rpc_swaps_under_load_without_a_failure_and_refuses_bad_bun
     async with grpc.aio.insecure_channel(f"127.0.0.1:{s.port}") as channel:
         stub = pbg.TransducerStub(channel)
         async with Load(stub) as load:
-            await asyncio.sleep(0.5)
+            await load.more()  # version 1 answers
             add_version(model_dir, "2")
             info = await stub.ReloadModel(pb.ReloadModelRequest(), timeout=60)  # "" = the latest
             swapped = time.perf_counter()
             assert (info.name, info.version) == ("tiny", "2")
-            await asyncio.sleep(0.5)
+            await load.more()  # 6 callers: at least 4 of these 10 started after the swap
             add_version(model_dir, "3", bad_hash=True)
             add_version(model_dir, "4", break_onnx=True)
             refusals = {}
@@ -105,7 +112,7 @@ async def test_reload_rpc_swaps_under_load_without_a_failure_and_refuses_bad_bun
                     await stub.ReloadModel(pb.ReloadModelRequest(model_version=version), timeout=60)
                 assert e.value.code() == code
                 refusals[version] = e.value.details()
-            await asyncio.sleep(0.3)
+            await load.more()
         assert await versions_served(stub) == ("2", "2")  # the refused bundles changed nothing
         again = await stub.ReloadModel(pb.ReloadModelRequest(model_version="2"), timeout=60)
         assert again.version == "2"  # already served: a no-op
@@ -126,15 +133,20 @@ async def test_polling_loads_a_new_version_and_skips_a_broken_one(model_dir, sta
     s = await started(model_dir, model_poll_s=0.1)
     async with grpc.aio.insecure_channel(f"127.0.0.1:{s.port}") as channel:
         stub = pbg.TransducerStub(channel)
+        refused = s.metrics.model_reloads.labels("tiny", "refused")
         async with Load(stub) as load:
-            await asyncio.sleep(0.3)
+            await load.more()  # version 1 answers
             add_version(model_dir, "2")
-            for _ in range(100):
-                if load.replies and load.replies[-1][1] == "2":
-                    break
-                await asyncio.sleep(0.1)
+            deadline = time.monotonic() + 60
+            while load.replies[-1][1] != "2":  # a poll, as the server's; the deadline bounds a hang
+                assert time.monotonic() < deadline, "version 2 never served"
+                await asyncio.sleep(0.05)
             add_version(model_dir, "3", break_onnx=True)
-            await asyncio.sleep(1.5)  # many polls: refused once, then left alone until it changes
+            while refused._value.get() < 1:
+                assert time.monotonic() < deadline + 60, "the broken version 3 was never tried"
+                await asyncio.sleep(0.05)
+            await load.more()
+        assert refused._value.get() == 1  # refused once, then left alone until it changes
         assert await versions_served(stub) == ("2", "2")
     assert load.failures == []
     assert {v for _, v in load.replies} == {"1", "2"}

@@ -26,6 +26,14 @@ def served(metrics_port: int) -> float:
                and s.labels.get("code") == "OK")
 
 
+async def until_answered(ok: dict, phase: str, n: int, timeout_s: float = 60) -> None:
+    """Until the callers have n answers in `phase` (a poll; the deadline bounds a hang)."""
+    deadline = time.monotonic() + timeout_s
+    while ok[phase] < n:
+        assert time.monotonic() < deadline, f"{ok[phase]} calls answered in phase {phase!r}, not {n}"
+        await asyncio.sleep(0.01)
+
+
 async def test_two_replicas_share_the_load_and_one_leaves_without_a_failed_call(tiny_bundle, tmp_path, capsys):
     ports = [(free_port(), free_port()) for _ in range(2)]
     procs = [spawn_server(tiny_bundle, port, "--metrics-port", str(mport), "--lame-duck-s", "1",
@@ -49,13 +57,13 @@ async def test_two_replicas_share_the_load_and_one_leaves_without_a_failed_call(
                         failed.append(f"{e.code().name}: {e.details()}")
 
             callers = [asyncio.create_task(caller()) for _ in range(CALLERS)]
-            await asyncio.sleep(2.0)
+            await until_answered(ok, "both", 40)
             shares = [await asyncio.to_thread(served, mport) for _, mport in ports]
             procs[0].send_signal(signal.SIGTERM)  # replica 0 leaves mid-load
             exit_code = await asyncio.to_thread(procs[0].wait, 60)
             phase = "after"
             b_before = await asyncio.to_thread(served, ports[1][1])
-            await asyncio.sleep(1.0)
+            await until_answered(ok, "after", 10)
             stop.set()
             await asyncio.gather(*callers)
         b_after = await asyncio.to_thread(served, ports[1][1])
