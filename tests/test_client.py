@@ -5,7 +5,6 @@ import re
 import subprocess
 import sys
 import threading
-import time
 from concurrent import futures
 
 import grpc
@@ -189,20 +188,24 @@ def test_main_grpc_errors(fake_server, capsys):
 # ------------------------------------------------------- beam search and bulk --
 
 class EchoTransducer(attnserve_pb2_grpc.TransducerServicer):
-    """Output = the input upper-cased, with n_best hypotheses; a call holding a `slow` input answers late."""
+    """Output = the input upper-cased, with n_best hypotheses; a call holding a `slow` input is
+    answered only once `overtakers` other calls have been."""
 
     def __init__(self):
         self.requests = []
         self.slow: set[str] = set()
-        self.lock = threading.Lock()
+        self.overtakers = 0
+        self.answered = 0  # calls without a slow input
+        self.lock = threading.Condition()
 
     def Transduce(self, request, context):
+        slow = bool(self.slow & set(request.inputs))
         with self.lock:
             self.requests.append(request)
+            if slow and not self.lock.wait_for(lambda: self.answered >= self.overtakers, 30):
+                context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, "no later call overtook the slow one")
         if "BAD" in request.inputs:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, "inputs[0] is bad")
-        if self.slow & set(request.inputs):
-            time.sleep(0.3)  # later calls overtake it: the client must still print in input order
         n = max(1, request.options.n_best)
         results = []
         for text in request.inputs:
@@ -211,6 +214,10 @@ class EchoTransducer(attnserve_pb2_grpc.TransducerServicer):
                     for k in range(n)]
             hyps[0].alternatives.extend(hyps[1:])
             results.append(hyps[0])
+        if not slow:
+            with self.lock:
+                self.answered += 1
+                self.lock.notify_all()
         return attnserve_pb2.TransduceResponse(results=results, model_name="echo", model_version="1")
 
 
@@ -262,7 +269,7 @@ def test_bulk_file_sends_batches_and_prints_tsv_in_input_order(echo_server, caps
     words = [f"w{i:03d}" for i in range(150)]
     path = tmp_path / "words.txt"
     path.write_text("\n".join(words[:70]) + "\n\n  \n" + "\n".join(f" {w} " for w in words[70:]) + "\n")
-    fake.slow = {words[0]}
+    fake.slow, fake.overtakers = {words[0]}, 2  # the two later calls overtake the first: output stays in order
     assert client.main(["phonemes", "--file", str(path), "--server", address, "--batch-size", "64"]) == 0
     # Calls in flight together reach the server in any order.
     assert sorted(list(r.inputs) for r in fake.requests) == [words[:64], words[64:128], words[128:]]
