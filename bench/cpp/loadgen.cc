@@ -71,8 +71,12 @@ class Generator {
  public:
   explicit Generator(const Options& o) : o_(o) {
     grpc::ChannelArguments args;
+    // Each channel its own subchannel pool: channels to one address share one connection otherwise
+    // (distinct arguments alone do not part them), and a server of several worker processes sees
+    // one connection go to one worker.
+    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
     for (int i = 0; i < o.channels; ++i) {
-      args.SetInt("attnserve.loadgen.channel", i);  // distinct arguments: distinct connections
+      args.SetInt("attnserve.loadgen.channel", i);
       auto channel = grpc::CreateCustomChannel(o.target, grpc::InsecureChannelCredentials(), args);
       stubs_.push_back(std::make_unique<grpc::GenericStub>(channel));
     }
