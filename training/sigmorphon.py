@@ -142,10 +142,12 @@ def build(lang: str) -> Path:
 
     subtask, name, baseline = LANGS[lang]
     target = MODELS / name / "1"
-    if (target / "manifest.json").exists() and "task_scores" in json.loads((target / "manifest.json").read_text()):
-        return target
-    started = time.time()
     recipe = RECIPES[subtask]
+    if (target / "manifest.json").exists():  # done, unless the recipe now asks for more members
+        done = json.loads((target / "manifest.json").read_text()).get("task_scores", {})
+        if done.get("members") == len(recipe.seeds):
+            return target
+    started = time.time()
     checkpoints = [train_seed(lang, seed, recipe) for seed in recipe.seeds]
     staging = RUNS / lang / "bundle" / "1"
     shutil.rmtree(staging.parent, ignore_errors=True)

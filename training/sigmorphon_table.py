@@ -42,18 +42,18 @@ def subtask_lines(subtask: str) -> list[str]:
         return lines + ["No model yet.", ""]
     pick = decoding_on_dev(list(rows.values()))
     lines += [f"Decoding chosen on dev: **{pick}**.", "",
-              "| language | model | parameters | MB | precision | dev greedy | dev beam 5 | test greedy | "
+              "| language | model | members | parameters | MB | precision | dev greedy | dev beam 5 | test greedy | "
               "test beam 5 | baseline | ours - baseline |",
-              "|---|---|---|---|---|---|---|---|---|---|---|"]
+              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for lang in langs:
         name, baseline = LANGS[lang][1], LANGS[lang][2]
         s = rows.get(lang)
         if s is None:
-            lines.append(f"| `{lang}` | `{name}` | | | | | | (not yet) | | {baseline:.2f} | |")
+            lines.append(f"| `{lang}` | `{name}` | | | | | | | (not yet) | | {baseline:.2f} | |")
             continue
         diff = s["test"][pick] - baseline
         mark = " (more than 1 point behind)" if diff > 1.0 else ""
-        lines.append(f"| `{lang}` | `{name}` | {s['parameters']:,} | {s['mb']:.1f} | {s['precision']} | "
+        lines.append(f"| `{lang}` | `{name}` | {s['members']} | {s['parameters']:,} | {s['mb']:.1f} | {s['precision']} | "
                      f"{s['dev']['greedy']:.2f} | {s['dev'][f'beam{BEAM}']:.2f} | {s['test']['greedy']:.2f} | "
                      f"{s['test'][f'beam{BEAM}']:.2f} | {baseline:.2f} | {diff:+.2f}{mark} |")
     done = len(rows)
@@ -71,7 +71,7 @@ def subtask_lines(subtask: str) -> list[str]:
 
 def recipe_lines() -> list[str]:
     lines = ["## Recipes", "", "Each subtask's `python -m training.train` flags (training/sigmorphon.py RECIPES); several "
-             "seeds are exported as their ensemble.", ""]
+             "seeds are exported as their ensemble (a model's `members`); each manifest keeps its own train_config.", ""]
     for subtask in SUBTASKS:
         r = RECIPES[subtask]
         extra = "; plus CMUdict in the task's IPA, marked (training/sigmorphon_english.py)" if r.cmudict_ipa else ""
