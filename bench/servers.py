@@ -91,8 +91,10 @@ def grpc_point(loadgen: str, server, requests: Path, seconds: float, concurrency
 
 def rest_point(script: Path, server, seconds: float, connections: int) -> dict:
     cpu0, t0 = server_cpu_seconds(server.proc.pid), time.perf_counter()
-    out = subprocess.run(["wrk", "-t1", f"-c{connections}", f"-d{seconds:g}s", "--timeout", "30s", "-s", str(script),
-                          f"http://127.0.0.1:{server.http_port}"], capture_output=True, text=True, check=True).stdout
+    # wrk takes whole seconds only
+    argv = ["wrk", "-t1", f"-c{connections}", f"-d{max(1, round(seconds))}s", "--timeout", "30s", "-s", str(script),
+            f"http://127.0.0.1:{server.http_port}"]
+    out = subprocess.run(argv, capture_output=True, text=True, check=True).stdout
     wall, cpu = time.perf_counter() - t0, server_cpu_seconds(server.proc.pid) - cpu0
     r = json.loads(out.strip().splitlines()[-1])
     calls = r["requests"] - r["non2xx"] - r["errors"]
