@@ -127,12 +127,12 @@ def available(peer: str) -> bool:
     return (MLSERVER if peer == "MLServer" else BENTOML).exists()
 
 
-def tune(bundle_dir: Path, loadgen: str, work: dict, seconds: float) -> dict:
+def tune(bundle_dir: Path, loadgen: str, work: dict, seconds: float, peers: tuple[str, ...] = tuple(PEERS)) -> dict:
     """Each peer at each of its settings: the best of each by its calls/s at c16 plus c64."""
     out = {}
     for peer, grid, (c16, c64) in (("MLServer", MLSERVER_TUNING, ("c16", "c64")),
                                    ("BentoML", BENTOML_TUNING, ("REST c16", "REST c64"))):
-        if not available(peer):
+        if peer not in peers or not available(peer):
             continue
         runs = []
         for settings in grid:
@@ -265,8 +265,7 @@ def main(argv=None):
     settings, tuning = {peer: args.peer_settings.get(peer, DEFAULTS[peer]) for peer in args.peers}, {}
     if args.tune:
         with tempfile.TemporaryDirectory() as tmp:
-            tuning = {k: v for k, v in tune(bundle_dir, args.loadgen, workload(bundle_dir, Path(tmp)),
-                                              args.seconds).items() if k in args.peers}
+            tuning = tune(bundle_dir, args.loadgen, workload(bundle_dir, Path(tmp)), args.seconds, tuple(args.peers))
         settings.update({peer: t["best"] for peer, t in tuning.items()})
     r = measure(bundle_dir, args.loadgen, args.seconds, args.rounds, settings, tuple(args.attnserve_workers))
     if tuning:
