@@ -102,13 +102,14 @@ async def test_connections_are_closed_at_their_maximum_age_and_no_call_fails(tin
         seen, failed, calls = set(), [], 0
         async with grpc.aio.insecure_channel(f"127.0.0.1:{server.port}", options=channel_options()) as channel:
             stub = pbg.TransducerStub(channel)
-            deadline = time.monotonic() + 2.5
-            while time.monotonic() < deadline:
+            # Calls until the client has been on three connections; the deadline only bounds a hang.
+            deadline = time.monotonic() + 60
+            while len(seen) < 3 and time.monotonic() < deadline:
                 try:
                     await stub.Transduce(pb.TransduceRequest(inputs=WORDS), timeout=10)
                     calls += 1
                 except grpc.aio.AioRpcError as e:
                     failed.append(e.code().name)
                 seen |= client_ports(server.port)
-    assert failed == [] and calls > 50
-    assert len(seen) >= 3, f"the client kept {len(seen)} connection(s) for 2.5 s; age limit 0.5 s"
+    assert failed == [] and calls > 0
+    assert len(seen) >= 3, f"the client kept {len(seen)} connection(s) for 60 s and {calls} calls; age limit 0.5 s"
