@@ -18,30 +18,16 @@ import sys
 import time
 from pathlib import Path
 
-from bench.harness import BIN, MODEL_ONLY, free_port, test_words, wait_serving
+from bench.harness import BIN, MODEL_ONLY, free_port, process_tree, test_words, wait_serving
 
 RESULTS = Path(__file__).resolve().parent / "results"
 # What a user of many small models asks of one server.
 TARGETS = {"startup_s": 30.0, "rss_mb": 1536.0, "p50_ms": 3.0}
 
 
-def descendants(pid: int) -> list[int]:
-    """pid and every process below it."""
-    out, todo = [], [pid]
-    while todo:
-        p = todo.pop()
-        out.append(p)
-        for task in Path(f"/proc/{p}/task").glob("*"):
-            try:
-                todo += [int(c) for c in (task / "children").read_text().split()]
-            except OSError:
-                pass
-    return out
-
-
 def rss_mb(pid: int) -> float:
     total_kb = 0
-    for p in descendants(pid):
+    for p in process_tree(pid):
         try:
             for line in Path(f"/proc/{p}/status").read_text().splitlines():
                 if line.startswith("VmRSS:"):

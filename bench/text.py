@@ -27,7 +27,7 @@ import time
 from importlib.metadata import version
 from pathlib import Path
 
-from bench.harness import BIN, Server, proc_cpu_seconds
+from bench.harness import BIN, Server, server_cpu_seconds
 
 CORPUS = Path(__file__).resolve().parent / "corpus" / "english.txt"
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -58,7 +58,7 @@ def requests_file(sentences: list[str], path: Path, attention: bool) -> Path:
 
 
 def closed_loop(server: Server, loadgen: str, requests: Path, sentences: list[str], seconds: float) -> dict:
-    cpu0 = proc_cpu_seconds(server.proc.pid)
+    cpu0 = server_cpu_seconds(server.proc.pid)
     out = subprocess.run([loadgen, "--target", server.addr, "--method", METHOD, "--requests", str(requests),
                           "--concurrency", str(CONCURRENCY), "--seconds", str(seconds), "--deadline-ms", "10000"],
                          capture_output=True, text=True, check=True)
@@ -68,7 +68,7 @@ def closed_loop(server: Server, loadgen: str, requests: Path, sentences: list[st
     return {"calls_ok": ok, "errors": sum(r["codes"].values()) - ok, "seconds": r["seconds"],
             "sentences_per_s": r["goodput_per_s"], "words_per_s": r["goodput_per_s"] * words_per_call,
             "p50_ms": r["latency_ms"].get("OK", {}).get("p50_ms"), "p99_ms": r["latency_ms"].get("OK", {}).get("p99_ms"),
-            "server_cpu_util": round((proc_cpu_seconds(server.proc.pid) - cpu0) / r["seconds"], 3),
+            "server_cpu_util": round((server_cpu_seconds(server.proc.pid) - cpu0) / r["seconds"], 3),
             "client_cpu_s": r["client_cpu_s"]}
 
 
@@ -180,7 +180,7 @@ def main(argv=None) -> None:
     p.add_argument("--bundle", default="models/g2p-en")
     p.add_argument("--loadgen", default="build/attnserve-loadgen")
     p.add_argument("--seconds", type=float, default=15.0)
-    p.add_argument("--workers", type=int, default=1, help="server processes (--workers)")
+    p.add_argument("--workers", type=int, default=0, help="server processes (--workers; 0: one per core, the default)")
     p.add_argument("--out", type=Path, default=RESULTS)
     args = p.parse_args(argv)
     sentences = corpus()
