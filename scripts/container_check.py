@@ -367,8 +367,9 @@ def received(metrics_port: int, rpc: str = "Transduce") -> float:
 
 async def sigterm_mid_burst(address: str, metrics_port: int, container: str, burst_size: int,
                             require_drained: bool) -> dict:
-    """`burst_size` concurrent Transduce calls; `podman kill --signal TERM` once every call has reached
-    the server and while calls are still in flight; then new calls (a new connection each) every 0.2 s
+    """`burst_size` concurrent callers of Transduce, each sending again once answered;
+    `podman kill --signal TERM` once the server has taken in `burst_size` of their calls, with about
+    `burst_size` calls in flight; then new calls (a new connection each) every 0.2 s
     until the container has exited. Every burst call must end OK or UNAVAILABLE ("lost": anything
     else), every late call must get an answer (its status is reported: a late call can meet a full
     queue, RESOURCE_EXHAUSTED, or the instant the server stops, CANCELLED); `podman wait` must say 0.
@@ -404,23 +405,37 @@ async def sigterm_mid_burst(address: str, metrics_port: int, container: str, bur
                 return e
 
     base = await asyncio.to_thread(received, metrics_port)
-    # Longer calls, so that part of the burst is still decoding at SIGTERM however fast the engine
-    # (8 words a call: all 200 calls were once done before the signal); 200 x 16 sources stay within
-    # the image's queue of 4,096 (200 x 24 did not).
+    # A closed loop, not a fixed burst: each of `burst_size` callers sends its next call as soon as
+    # its last is answered, until the signal is sent, so that about burst_size calls are in flight at
+    # SIGTERM however fast the server (a fixed burst of 200 calls was once answered whole before the
+    # signal). 16 words a call; burst_size x 16 sources stay within the image's queue of 4,096.
     burst_words = WORDS * 2
     request = pb.TransduceRequest(inputs=burst_words, options=pb.DecodeOptions(return_attention=True))
     async with grpc.aio.insecure_channel(address) as channel:
         stub = pbg.TransducerStub(channel)
         await stub.Transduce(pb.TransduceRequest(inputs=["warm"]), timeout=30)  # the connection is up
         base += 1
+        signalled = asyncio.Event()
+        burst: list[asyncio.Future] = []  # every call the callers sent before the signal
+
+        async def caller() -> None:
+            while not signalled.is_set():
+                call = asyncio.ensure_future(stub.Transduce(request, timeout=60))
+                burst.append(call)
+                try:
+                    await call
+                except grpc.aio.AioRpcError:
+                    return  # classified with the others below; a failing server ends the loop
+
         t_burst = time.monotonic()
-        burst = [asyncio.ensure_future(stub.Transduce(request, timeout=60)) for _ in range(burst_size)]
+        callers = [asyncio.ensure_future(caller()) for _ in range(burst_size)]
         reached_all = True
         while await asyncio.to_thread(received, metrics_port) < base + burst_size:
-            if time.monotonic() - t_burst > 30 or all(c.done() for c in burst):
+            if time.monotonic() - t_burst > 30 or all(c.done() for c in callers):
                 reached_all = False
                 break
             await asyncio.sleep(0.005)
+        signalled.set()  # no caller sends again; the calls out now are the ones in flight at SIGTERM
         in_flight = sum(not c.done() for c in burst)
         t_signal = time.monotonic()
         kill = await asyncio.to_thread(podman, "kill", "--signal", "TERM", container, check=False)
@@ -430,6 +445,7 @@ async def sigterm_mid_burst(address: str, metrics_port: int, container: str, bur
         while not waiter.done():
             late.append(asyncio.ensure_future(late_call()))
             await asyncio.wait([waiter], timeout=0.2)
+        await asyncio.gather(*callers, return_exceptions=True)
         outcomes = await asyncio.gather(*burst, return_exceptions=True)
         late_outcomes = await asyncio.gather(*late, return_exceptions=True)
     waited = waiter.result()
