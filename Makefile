@@ -156,23 +156,24 @@ bench: $(VENV)/.dev-installed $(LOADGEN) $(MLSERVER_VENV)/.installed $(BENTOML_V
 	$(PIP) install -q -e ".[dev,bench]"
 	$(PY) -m bench.run --bundle $(MODEL_DIR)/$(MODEL_VERSION) --loadgen $(LOADGEN)
 
-# MLServer, the peer of `make bench`: pyproject's [mlserver] extra in a virtual environment of its own,
-# since MLServer 1.7.1 needs protobuf < 7 and the serving extra pins 7.
+# A peer's virtual environment of its own with one pyproject extra: $(call peer_venv,DIR,EXTRA).
+define peer_venv
+	$(PYTHON) -m venv $(1)
+	$(1)/bin/pip install -q --upgrade pip
+	$(1)/bin/pip install -q -e ".[$(2)]"
+	touch $(1)/.installed
+endef
+# MLServer, the peer of `make bench`: pyproject's [mlserver] extra, since MLServer 1.7.1 needs
+# protobuf < 7 and the serving extra pins 7.
 .PHONY: mlserver-venv
 mlserver-venv: $(MLSERVER_VENV)/.installed
 $(MLSERVER_VENV)/.installed: pyproject.toml $(GEN)
-	$(PYTHON) -m venv $(MLSERVER_VENV)
-	$(MLSERVER_VENV)/bin/pip install -q --upgrade pip
-	$(MLSERVER_VENV)/bin/pip install -q -e ".[mlserver]"
-	touch $@
+	$(call peer_venv,$(MLSERVER_VENV),mlserver)
 # BentoML, the second peer: pyproject's [bentoml] extra, its many dependencies kept out of .venv.
 .PHONY: bentoml-venv
 bentoml-venv: $(BENTOML_VENV)/.installed
 $(BENTOML_VENV)/.installed: pyproject.toml $(GEN)
-	$(PYTHON) -m venv $(BENTOML_VENV)
-	$(BENTOML_VENV)/bin/pip install -q --upgrade pip
-	$(BENTOML_VENV)/bin/pip install -q -e ".[bentoml]"
-	touch $@
+	$(call peer_venv,$(BENTOML_VENV),bentoml)
 
 # Not part of `make bench` (its own server and peers): running English text (bench/corpus/english.txt) through
 # the text call, sentence per call at concurrency 16 with the C++ load generator, beside espeak-ng through
