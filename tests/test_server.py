@@ -152,19 +152,26 @@ async def test_inflight_gauge_counts_requests_being_handled():
     metrics = Metrics()
     inflight = lambda: metrics.registry.get_sample_value("attnserve_inflight_requests")  # noqa: E731
     release = asyncio.Event()
+    entered = asyncio.Semaphore(0)  # one release per call that has begun its work
 
     async def work():
+        entered.release()
         await release.wait()
         return "done"
 
+    async def forever():
+        entered.release()
+        await asyncio.Event().wait()
+
     calls = [asyncio.create_task(observe(metrics, "Transduce", Served("m"), None, work())) for _ in range(3)]
-    await asyncio.sleep(0.01)
+    for _ in calls:
+        await entered.acquire()
     assert inflight() == 3
     release.set()
     assert await asyncio.gather(*calls) == ["done"] * 3
     assert inflight() == 0
-    cancelled = asyncio.create_task(observe(metrics, "Transduce", Served("m"), None, asyncio.sleep(60)))
-    await asyncio.sleep(0.01)
+    cancelled = asyncio.create_task(observe(metrics, "Transduce", Served("m"), None, forever()))
+    await entered.acquire()
     assert inflight() == 1
     cancelled.cancel()
     with pytest.raises(asyncio.CancelledError):
