@@ -117,12 +117,18 @@ async def test_calls_spread_over_every_worker_and_metrics_sum_them(repository, t
     with Workers(repository, tmp_path) as server:
         assert len(server.pids()) == WORKERS
 
+        answers: dict[str, set] = {"hello": set(), "world": set()}  # every answer each word got, any worker
+
         async def transduce(stub):
             reply = await stub.Transduce(pb.TransduceRequest(inputs=["hello", "world"], options=NO_ATTENTION),
                                          timeout=30)
             assert len(reply.results) == 2
+            for word, r in zip(["hello", "world"], reply.results):
+                answers[word].add((r.output_text, r.log_prob))
 
         calls = await until_every_worker(server, tmp_path, transduce, "attnserve_requests_total", rpc="Transduce")
+        # One answer per input: every worker decoded these words, and all gave the same output and score.
+        assert all(len(got) == 1 for got in answers.values()), answers
         per_worker = server.per_worker("attnserve_requests_total", tmp_path, rpc="Transduce")
         inputs = server.per_worker("attnserve_inputs_total", tmp_path, model="tiny")
         assert sum(per_worker.values()) == calls and all(v > 0 for v in per_worker.values())
