@@ -1,4 +1,5 @@
-"""The int8 variant: quantized graphs in the bundle, hashed, evaluated, selectable at serve time."""
+"""The int8 variant: quantized graphs in the bundle, hashed, evaluated, checked for batch independence,
+selectable at serve time."""
 import shutil
 
 import numpy as np
@@ -22,7 +23,9 @@ def quantized(tiny_bundle, tmp_path_factory):
 def test_int8_graphs_are_in_the_manifest_with_their_metrics(quantized):
     m = load_bundle(quantized).manifest  # hashes of the new files verified
     assert {"encoder.int8", "decoder_step.int8"} <= set(m["graphs"])
-    assert m["int8"]["quantized_ops"]["encoder"].get("DynamicQuantizeLSTM", 0) >= 1
+    assert m["int8"]["quantized_ops"]["encoder"]["Scan"] >= 1  # the LSTMs, written out per row
+    assert m["int8"]["quantized_ops"]["decoder_step"]["MatMulIntegerToFloat"] >= 2
+    assert m["int8"]["batch_independence"]["independent"] is True
     for split in ("dev", "test"):
         fp32, int8 = m["metrics"][split], m["int8"]["metrics"][split]
         assert int8["words"] == fp32["words"]
@@ -37,6 +40,33 @@ def test_int8_engine_mostly_agrees_with_fp32(quantized):
     assert same >= 6
     for d in int8.decode(words):
         assert np.allclose(d.attn.sum(axis=1), 1.0, atol=1e-4)
+
+
+def test_an_int8_word_has_one_answer_alone_or_beside_longer_louder_words(quantized):
+    from service.domain import DecodeOptions
+    from service.engine.beam import beam_search
+
+    engine = Engine(load_bundle(quantized), EngineConfig(precision="int8", greedy_loop="python"))
+    word, neighbours = list("knight"), [list("supercalifragilistic"), list("zzzzxxxxqqqq"), list("a")]
+    alone = engine.decode([word])[0]
+    for batch in ([word] + neighbours, neighbours + [word], neighbours[:1] + [word] * 3):
+        d = engine.decode(batch)[batch.index(word)]
+        assert d.output_ids == alone.output_ids and abs(d.score - alone.score) <= 1e-5
+    options = DecodeOptions(beam_size=4)
+    best = beam_search(engine, [word], options)[0][0]
+    beside = beam_search(engine, neighbours + [word], options)[-1][0]
+    assert beside.output_ids == best.output_ids and abs(beside.score - best.score) <= 1e-5
+
+
+def test_the_dynamic_method_fails_the_batch_check_and_auto_serves_it_fp32(tiny_bundle, tmp_path):
+    # onnxruntime's dynamic quantization takes one activation scale over the batch: a word's
+    # score moves with its neighbours, which the check sees and --precision auto refuses
+    path = tmp_path / "tiny" / "1"
+    shutil.copytree(load_bundle(tiny_bundle).path, path)
+    m = quantize_bundle(path, method="dynamic")
+    check = m["int8"]["batch_independence"]
+    assert check["independent"] is False and check["greedy"]["scores_moved"] > 0, check
+    assert Engine(load_bundle(path), EngineConfig()).precision == "fp32"
 
 
 def test_int8_without_quantized_graphs_is_a_clear_error(tiny_bundle):
@@ -64,6 +94,10 @@ def test_auto_serves_int8_only_where_it_costs_at_most_a_tenth_of_a_point(quantiz
     assert served_precision({**m, "int8": costly}, "auto") == "fp32"
     assert served_precision({**m, "int8": free}, "auto") == "int8"
     assert served_precision({**m, "int8": costly}, "int8") == "int8"  # --precision decides when given
+    dependent = {**free, "batch_independence": {**free["batch_independence"], "independent": False}}
+    assert served_precision({**m, "int8": dependent}, "auto") == "fp32"
+    unchecked = {k: v for k, v in free.items() if k != "batch_independence"}  # quantized before the check
+    assert served_precision({**m, "int8": unchecked}, "auto") == "fp32"
     path = copy_bundle(quantized, tmp_path / "free" / "1", int8=free)
     assert Engine(load_bundle(path), EngineConfig()).precision == "int8"
     assert Engine(load_bundle(path), EngineConfig(precision="fp32")).precision == "fp32"

@@ -1,0 +1,313 @@
+"""Int8 graphs whose every row is computed on its own: per-row activation scales.
+
+onnxruntime's dynamic quantization (DynamicQuantizeLinear, DynamicQuantizeLSTM) computes one
+activation scale over the whole tensor, i.e. over every row of the batch, so a word's output and
+score depend on the words it is batched with, and length grouping makes those depend on load.
+Here each row of an activation (one word, one decoder row, one encoder position) is quantized
+with a scale of its own, so a row's result is the same alone or in any batch:
+
+    s = max(|x|, over the row) / 127                  # (..., 1)
+    q = round(x / s) + 128                             # uint8, zero point 128 (symmetric)
+    y = MatMulInteger(q, W_q; 128) * s * w_scale      # W_q int8, one scale per output column
+
+The LSTM op has no per-row form, so each LSTM becomes its cell written out: the input
+projection of every step at once (x W^T, one row per position), then, through a Scan over the
+steps (or inline in a one-step decoder graph), h R^T per row, the gates and the new state.
+MatMul and Gemm nodes with constant weights are quantized the same way; anything else stays fp32.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+QUANTIZED_OPS = ("MatMul", "Gemm", "LSTM")
+# A product with fewer output columns (attention's score vector, a small output vocabulary) stays
+# fp32: quantizing its input would cost more than the product itself.
+MIN_COLUMNS = 64
+
+
+class _Graph:
+    """The node list and initializers being built, with fresh names."""
+
+    def __init__(self, prefix: str, opset: int):
+        self.prefix, self.count, self.opset = prefix, 0, opset
+        self.nodes: list[onnx.NodeProto] = []
+        self.inits: list[onnx.TensorProto] = []
+
+    def name(self, hint: str) -> str:
+        self.count += 1
+        return f"{self.prefix}/{hint}_{self.count}"
+
+    def const(self, hint: str, value: np.ndarray) -> str:
+        n = self.name(hint)
+        self.inits.append(numpy_helper.from_array(value, n))
+        return n
+
+    def op(self, op_type: str, inputs: list[str], outputs: list[str] | None = None, **attrs) -> str:
+        outputs = outputs or [self.name(op_type.lower())]
+        self.nodes.append(helper.make_node(op_type, inputs, outputs, name=self.name(op_type), **attrs))
+        return outputs[0]
+
+
+def _shared_constants(g: _Graph) -> dict:
+    return {"tiny": g.const("tiny", np.array(1e-30, np.float32)),
+            "inv127": g.const("inv127", np.array(1 / 127, np.float32)),
+            "f127": g.const("f127", np.array(127, np.float32)),
+            "f128_5": g.const("f128_5", np.array(128.5, np.float32)),
+            "one": g.const("one", np.array(1, np.float32)),
+            "zp128": g.const("zp128", np.array(128, np.uint8)),
+            "axis0": g.const("axis0", np.array([0], np.int64))}
+
+
+def quantize_weight(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(K, N) fp32 -> int8 (K, N) and one scale per output column (N,), symmetric."""
+    scale = np.maximum(np.abs(w).max(axis=0), 1e-30) / 127.0
+    return np.clip(np.round(w / scale), -127, 127).astype(np.int8), scale.astype(np.float32)
+
+
+def rowwise_matmul(g: _Graph, c: dict, x: str, weight: np.ndarray, out: str | None = None,
+                   bounded: bool = False) -> str:
+    """x (..., K) @ weight (K, N), x quantized per row.
+
+    bounded: x is known to lie in (-1, 1) (an LSTM's h), so its scale is fixed at 1/127 and
+    folded into the weights' scales, which saves computing one per row.
+    """
+    w_q, w_scale = quantize_weight(weight)
+    w_q_name = g.const("w_int8", w_q)
+    if bounded:
+        q = g.op("Cast", [g.op("Add", [g.op("Mul", [x, c["f127"]]), c["f128_5"]])], to=TensorProto.UINT8)
+        return g.op("MatMulIntegerToFloat", [q, w_q_name, c["inv127"], g.const("w_scale", w_scale), c["zp128"]],
+                    [out] if out else None, domain="com.microsoft")
+    row_max = g.op("ReduceMax", [g.op("Abs", [x])], axes=[-1], keepdims=1) if g.opset < 18 else \
+        g.op("ReduceMax", [g.op("Abs", [x]), g.const("last_axis", np.array([-1], np.int64))], keepdims=1)
+    s = g.op("Mul", [g.op("Max", [row_max, c["tiny"]]), c["inv127"]])  # (..., 1) the row's scale
+    # x / s lies in [-127, 127]; + 128.5 and the cast's truncation round it to [1, 255]
+    q = g.op("Cast", [g.op("Add", [g.op("Div", [x, s]), c["f128_5"]])], to=TensorProto.UINT8)
+    acc = g.op("MatMulIntegerToFloat", [q, w_q_name, c["one"], g.const("w_scale", w_scale), c["zp128"]],
+               domain="com.microsoft")  # (..., N) in units of the row's scale
+    return g.op("Mul", [acc, s], [out] if out else None)
+
+
+def _lstm_cell(g: _Graph, c: dict, gates: str, c_prev: str, h_out: str | None = None,
+               c_out: str | None = None) -> tuple[str, str]:
+    """ONNX LSTM gates (B, 4H) in the order i, o, f, c -> the new h and c (B, H)."""
+    i, o, f, cand = (g.name(n) for n in ("i", "o", "f", "cand"))
+    g.op("Split", [gates], [i, o, f, cand], axis=-1, **({"num_outputs": 4} if g.opset >= 18 else {}))
+    c_new = g.op("Add", [g.op("Mul", [g.op("Sigmoid", [f]), c_prev]),
+                         g.op("Mul", [g.op("Sigmoid", [i]), g.op("Tanh", [cand])])], [c_out] if c_out else None)
+    h_new = g.op("Mul", [g.op("Sigmoid", [o]), g.op("Tanh", [c_new])], [h_out] if h_out else None)
+    return h_new, c_new
+
+
+def _check_lstm(node: onnx.NodeProto):
+    attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    unsupported = {k: v for k, v in attrs.items() if k not in ("hidden_size",) and
+                   not (k == "direction" and v in (b"forward", "forward")) and not (k == "layout" and v == 0)}
+    inputs = list(node.input) + [""] * (7 - len(node.input))
+    if unsupported or inputs[4] or not inputs[5] or not inputs[6] or len(node.input) > 7:
+        raise ValueError(f"LSTM node {node.name!r}: per-row int8 handles a forward LSTM with initial h and c, "
+                         f"no sequence_lens and default activations; it has {attrs} and inputs {list(node.input)}")
+    return inputs
+
+
+class _Lstm(NamedTuple):
+    """An LSTM node taken apart: its input projection done, its recurrence still to run."""
+    x_proj: str  # (S, B, 4H) x W^T + both biases, per-row int8
+    h0: str  # (B, H)
+    c0: str  # (B, H)
+    R: np.ndarray  # (4H, H)
+    outputs: list  # the node's Y, Y_h, Y_c ("" where unused)
+
+
+def _take_apart(g: _Graph, c: dict, node: onnx.NodeProto, inits: dict) -> _Lstm:
+    x, w, r, b, _, h0, c0 = _check_lstm(node)
+    W, R = numpy_helper.to_array(inits[w])[0], numpy_helper.to_array(inits[r])[0]  # (4H, in), (4H, H)
+    H = R.shape[1]
+    bias = numpy_helper.to_array(inits[b])[0] if b else np.zeros(8 * H, np.float32)
+    x_proj = g.op("Add", [rowwise_matmul(g, c, x, W.T), g.const("bias", (bias[:4 * H] + bias[4 * H:]).astype(np.float32))])
+    return _Lstm(x_proj, g.op("Squeeze", [h0, c["axis0"]]), g.op("Squeeze", [c0, c["axis0"]]), R,
+                 (list(node.output) + ["", "", ""])[:3])
+
+
+def _give_outputs(g: _Graph, c: dict, lstm: _Lstm, steps: str, h_new: str, c_new: str):
+    """The node's outputs from steps (S, B, H) and the last state (B, H): Y (S, 1, B, H), Y_h, Y_c."""
+    y, y_h, y_c = lstm.outputs
+    for name, value in ((y, lambda: g.op("Unsqueeze", [steps, g.const("axis1", np.array([1], np.int64))])),
+                        (y_h, lambda: g.op("Unsqueeze", [h_new, c["axis0"]])),
+                        (y_c, lambda: g.op("Unsqueeze", [c_new, c["axis0"]]))):
+        if name:
+            g.op("Identity", [value()], [name])
+
+
+def _one_step(g: _Graph, c: dict, lstm: _Lstm):
+    """A decoder step's LSTM (x_proj is (1, B, 4H)), written inline."""
+    gates = g.op("Add", [g.op("Squeeze", [lstm.x_proj, c["axis0"]]),
+                         rowwise_matmul(g, c, lstm.h0, lstm.R.T, bounded=True)])
+    h_new, c_new = _lstm_cell(g, c, gates, lstm.c0)
+    _give_outputs(g, c, lstm, g.op("Unsqueeze", [h_new, c["axis0"]]), h_new, c_new)
+
+
+def _scan(g: _Graph, c: dict, lstms: list):
+    """One Scan running the recurrences of independent LSTMs over the same steps side by side
+    (an encoder layer's two directions): half the per-step cost of the Scan itself."""
+    body = _Graph(g.name("scan_body"), g.opset)
+    bc = _shared_constants(body)
+    vi = lambda n: helper.make_tensor_value_info(n, TensorProto.FLOAT, None)
+    states, scanned, new_states, step_outs = [], [], [], []
+    for lstm in lstms:
+        h_prev, c_prev, x_t = body.name("h_prev"), body.name("c_prev"), body.name("x_t")
+        gates = body.op("Add", [x_t, rowwise_matmul(body, bc, h_prev, lstm.R.T, bounded=True)])
+        h_new, c_new = _lstm_cell(body, bc, gates, c_prev)
+        states += [h_prev, c_prev]
+        scanned.append(x_t)
+        new_states += [h_new, c_new]
+        step_outs.append(body.op("Identity", [h_new]))
+    graph = helper.make_graph(body.nodes, body.prefix, [vi(n) for n in states + scanned],
+                              [vi(n) for n in new_states + step_outs], body.inits)
+    outs = [g.name("state") for _ in new_states] + [g.name("steps") for _ in step_outs]
+    g.op("Scan", [v for lstm in lstms for v in (lstm.h0, lstm.c0)] + [lstm.x_proj for lstm in lstms], outs,
+         num_scan_inputs=len(lstms), body=graph)
+    for k, lstm in enumerate(lstms):
+        _give_outputs(g, c, lstm, outs[len(new_states) + k], outs[2 * k], outs[2 * k + 1])
+
+
+def _independent_pairs(graph: onnx.GraphProto) -> list:
+    """LSTM nodes grouped in twos where the second does not read the first (an encoder layer's
+    forward and backward RNN, both reading the layer's input), else alone; in graph order."""
+    producer = {o: n for n in graph.node for o in n.output}
+
+    def reads(node, outputs: set) -> bool:
+        seen, todo = set(), list(node.input)
+        while todo:
+            name = todo.pop()
+            if name in outputs:
+                return True
+            if name in seen or name not in producer:
+                continue
+            seen.add(name)
+            todo.extend(producer[name].input)
+        return False
+
+    lstms = [n for n in graph.node if n.op_type == "LSTM"]
+    groups, i = [], 0
+    while i < len(lstms):
+        if i + 1 < len(lstms) and not reads(lstms[i + 1], set(lstms[i].output)):
+            groups.append(lstms[i:i + 2])
+            i += 2
+        else:
+            groups.append(lstms[i:i + 1])
+            i += 1
+    return groups
+
+
+# Ops whose output lies within the range of their (first) input, or of all their inputs for Concat.
+_RANGE_KEEPING = {"Transpose", "Squeeze", "Unsqueeze", "Reshape", "Identity", "Slice", "Flatten"}
+
+
+def bounded_tensors(graph: onnx.GraphProto) -> set:
+    """Names of tensors known to lie in (-1, 1): tanh and sigmoid outputs, an LSTM's h (Y, Y_h),
+    and what shape ops, Gather of their rows or Concat of them make of those."""
+    bounded = set()
+    for n in graph.node:  # in topological order
+        if n.op_type in ("Tanh", "Sigmoid") or \
+                (n.op_type in _RANGE_KEEPING and n.input[0] in bounded) or \
+                (n.op_type == "Gather" and n.input[0] in bounded) or \
+                (n.op_type == "Concat" and all(i in bounded for i in n.input)):
+            bounded.update(n.output)
+        elif n.op_type == "LSTM":
+            bounded.update(n.output[:2])
+    return bounded
+
+
+def _topological(nodes: list, graph_inputs: set) -> list:
+    """The nodes in an order where each comes after the producers of its inputs (stable)."""
+    produced = {o for n in nodes for o in n.output}
+    ready, out, pending = set(graph_inputs), [], list(nodes)
+    while pending:
+        rest = []
+        for n in pending:
+            if all(i == "" or i in ready or i not in produced for i in n.input):
+                out.append(n)
+                ready.update(n.output)
+            else:
+                rest.append(n)
+        if len(rest) == len(pending):
+            raise ValueError(f"per-row int8: a cycle or a missing input around {rest[0].name!r}")
+        pending = rest
+    return out
+
+
+def _rewrite_gemm(g: _Graph, c: dict, node: onnx.NodeProto, inits: dict, bounded: set) -> bool:
+    attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    if node.input[1] not in inits or attrs.get("transA", 0) or attrs.get("alpha", 1.0) != 1.0 \
+            or attrs.get("beta", 1.0) != 1.0:
+        return False
+    w = numpy_helper.to_array(inits[node.input[1]])
+    w = w.T if attrs.get("transB", 0) else w  # (K, N)
+    if w.shape[1] < MIN_COLUMNS:
+        return False
+    x, is_bounded = node.input[0], node.input[0] in bounded
+    if len(node.input) > 2 and node.input[2]:
+        g.op("Add", [rowwise_matmul(g, c, x, w, bounded=is_bounded), node.input[2]], [node.output[0]])
+    else:
+        rowwise_matmul(g, c, x, w, node.output[0], bounded=is_bounded)
+    return True
+
+
+def quantize_rowwise(model: onnx.ModelProto, one_step_lstm: bool) -> onnx.ModelProto:
+    """The model with its LSTM, and its MatMul/Gemm nodes that have constant weights, in per-row int8.
+
+    one_step_lstm: the graph is a decoder step (each LSTM runs one step, written inline); else
+    each LSTM runs a Scan over its sequence.
+    """
+    model = onnx.ModelProto.FromString(model.SerializeToString())
+    graph = model.graph
+    inits = {t.name: t for t in graph.initializer}
+    opset = next(o.version for o in model.opset_import if o.domain in ("", "ai.onnx"))
+    if opset < 13:
+        raise ValueError(f"per-row int8 needs opset >= 13 (Squeeze axes as an input); the graph has {opset}")
+    g = _Graph("int8", opset)
+    c = _shared_constants(g)
+    bounded = bounded_tensors(graph)
+    groups = {id(group[-1]): group for group in _independent_pairs(graph)}  # emitted at their last node
+    for node in graph.node:
+        if node.op_type == "LSTM":
+            group = groups.get(id(node), []) if not one_step_lstm else [node]
+            lstms = [_take_apart(g, c, n, inits) for n in group]
+            for lstm in lstms if one_step_lstm else ():
+                _one_step(g, c, lstm)
+            if lstms and not one_step_lstm:
+                _scan(g, c, lstms)
+        elif node.op_type == "MatMul" and node.input[1] in inits and len(inits[node.input[1]].dims) == 2 \
+                and inits[node.input[1]].dims[1] >= MIN_COLUMNS:
+            rowwise_matmul(g, c, node.input[0], numpy_helper.to_array(inits[node.input[1]]), node.output[0],
+                           bounded=node.input[0] in bounded)
+        elif not (node.op_type == "Gemm" and _rewrite_gemm(g, c, node, inits, bounded)):
+            g.nodes.append(node)
+    used = {i for n in g.nodes for i in n.input} | {o.name for o in graph.output}
+    del graph.node[:]
+    graph.node.extend(_topological(g.nodes, {i.name for i in graph.input} | {t.name for t in graph.initializer} |
+                                   {t.name for t in g.inits}))
+    kept = [t for t in graph.initializer if t.name in used]
+    del graph.initializer[:]
+    graph.initializer.extend(kept + g.inits)
+    if not any(o.domain == "com.microsoft" for o in model.opset_import):
+        model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
+    return model
+
+
+def quantized_ops(model: onnx.ModelProto) -> dict:
+    """How many integer matrix products the graph runs, its Scan bodies included."""
+    counts: dict = {}
+
+    def walk(graph):
+        for n in graph.node:
+            counts[n.op_type] = counts.get(n.op_type, 0) + 1
+            for a in n.attribute:
+                if a.type == onnx.AttributeProto.GRAPH:
+                    walk(a.g)
+    walk(model.graph)
+    return {k: v for k, v in counts.items() if k in ("MatMulInteger", "MatMulIntegerToFloat", "Scan")}
