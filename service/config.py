@@ -35,14 +35,26 @@ class ServerConfig:
     # spread onto new replicas; in-flight calls get the grace to finish. 0 = never.
     max_connection_age_s: float = 300.0
     max_connection_age_grace_s: float = 30.0
-    # gRPC's own backlog: calls received but not yet taken in by the event loop. Past what the
-    # transport can take in it grows, and every call waits in it, FIFO; past max_pending_calls gRPC
-    # sheds arrivals at once (CANCELLED) with a probability rising to 1 at max_pending_calls_hard,
-    # and calls older than max_pending_age_s. A tight bound keeps the calls taken in fresh under
-    # sustained overload, a loose one absorbs bursts; `make overload` measures both (docs/operations.md).
-    max_pending_calls: int = 1000
-    max_pending_calls_hard: int = 4000
-    max_pending_age_s: int = 1
+    # Shedding answers with a status a client can act on: RESOURCE_EXHAUSTED or UNAVAILABLE, never
+    # CANCELLED, which a client reads as its own giving up and no retry policy retries.
+    # HTTP/2's SETTINGS_MAX_CONCURRENT_STREAMS: gRPC core refuses a connection's calls past this many at
+    # once (REFUSED_STREAM, which the client hears as UNAVAILABLE: the server never saw the call, so it
+    # may go elsewhere) before any Python runs for them, so a burst on one connection costs nothing to
+    # refuse. 0 = no limit.
+    max_streams_per_connection: int = 256
+    # Calls this process holds at once (parsed, queued, decoding, answering), over every connection;
+    # past it a model call is refused RESOURCE_EXHAUSTED before its request is parsed
+    # (service/transport/shedding.py). Health, reflection and admin calls are never refused.
+    max_inflight_calls: int = 1024
+    # gRPC core's own backlog: calls received but not yet taken in by the event loop. Past
+    # max_pending_calls core sheds arrivals with a probability rising to 1 at max_pending_calls_hard,
+    # and calls older than max_pending_age_s, by resetting the stream, which the client hears as
+    # CANCELLED. So they are loose backstops (bounds on memory and on a call's wait), past what the two
+    # limits above let in on any ordinary number of connections; tighten them only for clients that
+    # retry CANCELLED.
+    max_pending_calls: int = 100000
+    max_pending_calls_hard: int = 100000
+    max_pending_age_s: int = 30
     max_message_bytes: int = 16 * 1024 * 1024
     # Transport security (see service/transport/security.py). A cert and key turn TLS on; a client CA
     # on top makes it mutual TLS (clients must present a certificate signed by that CA).
@@ -71,7 +83,11 @@ class ServerConfig:
                              f"({self.max_pending_calls_hard})")
         if self.workers < 0:
             raise ValueError(f"workers must be >= 0 (0 = one per core), got {self.workers}")
-        for name in ("max_inputs_per_request", "max_input_len", "max_text_len", "max_message_bytes", "max_pending_age_s"):
+        if self.max_streams_per_connection < 0:
+            raise ValueError("max_streams_per_connection must be >= 0 (0 = no limit), "
+                             f"got {self.max_streams_per_connection}")
+        for name in ("max_inputs_per_request", "max_input_len", "max_text_len", "max_message_bytes", "max_pending_age_s",
+                     "max_inflight_calls"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         for name in ("lame_duck_s", "grace_period_s", "max_connection_age_s", "max_connection_age_grace_s"):

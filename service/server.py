@@ -33,6 +33,7 @@ from service.repository.repository import ModelRepository
 from service.transport.security import (AdminClosedInterceptor, BearerTokenInterceptor, SecurityError, load_auth_token,
                               server_credentials)
 from service.transport.servicer import SERVICE_NAME, TransducerServicer, handler
+from service.transport.shedding import SheddingInterceptor
 
 log = logging.getLogger("attnserve")
 SERVING, NOT_SERVING = health_pb2.HealthCheckResponse.SERVING, health_pb2.HealthCheckResponse.NOT_SERVING
@@ -44,6 +45,8 @@ def grpc_options(cfg: ServerConfig) -> list[tuple[str, int]]:
                ("grpc.server.max_pending_requests", cfg.max_pending_calls),
                ("grpc.server.max_pending_requests_hard_limit", cfg.max_pending_calls_hard),
                ("grpc.server_max_unrequested_time_in_server", cfg.max_pending_age_s)]
+    if cfg.max_streams_per_connection > 0:
+        options.append(("grpc.max_concurrent_streams", cfg.max_streams_per_connection))
     if cfg.max_connection_age_s > 0:
         options += [("grpc.max_connection_age_ms", round(cfg.max_connection_age_s * 1000)),
                     ("grpc.max_connection_age_grace_ms", round(cfg.max_connection_age_grace_s * 1000))]
@@ -101,9 +104,12 @@ class AttnServer:
         # REST, /metrics and the page on one HTTP port (service/transport/http.py)
         self.http = HttpFront(cfg.server, self.metrics, self.repository, token)
         self.kserve = KServeServicer(cfg.server, self.metrics, self.repository)  # Open Inference Protocol, same port
-        # The guard first: it wraps whatever handler the others return (service/transport/guard.py). Admin calls
+        # Shedding outermost, so that a refused call costs the least (service/transport/shedding.py); then the
+        # guard: it wraps whatever handler the others return (service/transport/guard.py). Admin calls
         # need the token where there is one, else the operator's explicit --admin-without-token.
-        interceptors = [GuardInterceptor()]
+        self.shedding = SheddingInterceptor(
+            cfg.server.max_inflight_calls, on_shed=self.metrics.admission_refusals.labels("", "inflight").inc)
+        interceptors = [self.shedding, GuardInterceptor()]
         if self.auth:
             interceptors.append(BearerTokenInterceptor(token, self.metrics))
         elif not cfg.server.admin_without_token:

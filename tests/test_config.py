@@ -62,10 +62,14 @@ def test_edge_settings_are_checked_and_reach_grpc():
     options = dict(grpc_options(cfg.server))
     assert options["grpc.max_connection_age_ms"] == 60_000 and options["grpc.server.max_pending_requests"] == 32
     assert options["grpc.server.max_pending_requests_hard_limit"] == cfg.server.max_pending_calls_hard
+    assert options["grpc.max_concurrent_streams"] == cfg.server.max_streams_per_connection
     assert "grpc.max_connection_age_ms" not in dict(grpc_options(ServerConfig(max_connection_age_s=0)))
+    assert "grpc.max_concurrent_streams" not in dict(grpc_options(ServerConfig(max_streams_per_connection=0)))
     for bad, match in (({"lame_duck_s": -1}, "lame_duck_s must be >= 0, got -1"),
                        ({"grace_period_s": float("nan")}, "grace_period_s must be >= 0, got nan"),
-                       ({"max_pending_calls": 5000}, r"max_pending_calls \(5000\) must be in 0..max_pending_calls_hard")):
+                       ({"max_pending_calls": 200000}, r"max_pending_calls \(200000\) must be in 0..max_pending_calls_hard"),
+                       ({"max_streams_per_connection": -1}, "max_streams_per_connection must be >= 0"),
+                       ({"max_inflight_calls": 0}, "max_inflight_calls must be >= 1, got 0")):
         with pytest.raises(ValueError, match=match):
             ServerConfig(**bad)
     with pytest.raises(ValueError, match="max_queue_wait_ms must be >= 0"):
