@@ -206,6 +206,28 @@ async def test_binary_extension_errors_and_unknown_routes(http):
         assert r.status == 405  # infer is a POST
 
 
+async def test_unknown_routes_and_wrong_methods_answer_the_protocols_json_error(http):
+    """aiohttp's own 404 and 405 are plain text ("404: Not Found"); the protocol's every error is a
+    JSON object with `error`, and a 405 still says which methods the route takes."""
+    for method, path in (("GET", "/v2/nothing-here"), ("POST", "/nope"), ("GET", "/v2/models/tiny/infer/more")):
+        async with http.request(method, path) as r:
+            assert (r.status, r.content_type) == (404, "application/json"), await r.text()
+            reply = await r.json()
+            assert set(reply) == {"error"} and path in reply["error"]
+    async with http.get("/v2/models/tiny/infer") as r:  # infer is a POST
+        assert (r.status, r.content_type) == (405, "application/json"), await r.text()
+        assert r.headers["Allow"] == "POST"
+        reply = await r.json()
+        assert set(reply) == {"error"} and "GET is not allowed" in reply["error"] and "POST" in reply["error"]
+    async with http.delete("/metrics") as r:
+        assert r.status == 405 and set((await r.json())) == {"error"} and "GET" in r.headers["Allow"]
+    # The routes that are not the protocol's still answer in their own form.
+    async with http.get("/metrics") as r:
+        assert r.status == 200 and "attnserve_requests_total" in await r.text()
+    async with http.get("/") as r:
+        assert r.status == 200 and r.content_type == "text/html"
+
+
 async def test_metrics_on_the_same_port_count_http_calls(http):
     async with http.post("/v2/models/tiny/infer", json=_infer(["knight"])) as r:
         assert r.status == 200

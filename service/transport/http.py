@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 import grpc
-from aiohttp import web
+from aiohttp import hdrs, web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from service.config import ServerConfig
@@ -57,6 +57,32 @@ def _is_open(path: str) -> bool:
 
 def error(status: int, message: str) -> web.Response:
     return web.json_response({"error": message}, status=status)
+
+
+# Headers of aiohttp's own error that describe its plain-text body, not the error.
+_BODY_HEADERS = (hdrs.CONTENT_TYPE, hdrs.CONTENT_LENGTH, hdrs.CONTENT_ENCODING)
+
+
+@web.middleware
+async def protocol_errors(request: web.Request, handler):
+    """The errors aiohttp raises itself (no such route, a method the route does not take, a body past
+    client_max_size) in the protocol's form, a JSON object with `error`, where aiohttp's own are
+    plain text ("404: Not Found"); their other headers (a 405's Allow) stay."""
+    try:
+        return await handler(request)
+    except web.HTTPException as e:
+        if e.status < 400:  # a redirect is not an error
+            raise
+        if isinstance(e, web.HTTPMethodNotAllowed):
+            allowed = ", ".join(sorted(e.allowed_methods))
+            message = f"{e.method} is not allowed on {request.path}; allowed: {allowed}"
+        elif isinstance(e, web.HTTPNotFound):
+            message = f"no such route: {request.path}"
+        else:
+            message = e.reason
+        response = error(e.status, message)
+        response.headers.extend((k, v) for k, v in e.headers.items() if k not in _BODY_HEADERS)
+        return response
 
 
 def ssl_context(cfg: ServerConfig) -> ssl.SSLContext | None:
@@ -159,7 +185,7 @@ class HttpFront:
         self.mutual_tls = bool(cfg.tls_client_ca_file)
         self.draining = False  # set on shutdown: ready says 503 while in-flight calls finish
         self.port = -1
-        self.app = web.Application(client_max_size=cfg.max_message_bytes, middlewares=[self._gate])
+        self.app = web.Application(client_max_size=cfg.max_message_bytes, middlewares=[protocol_errors, self._gate])
         model = "/v2/models/{name}"
         versioned = model + "/versions/{version}"
         self.app.add_routes([
