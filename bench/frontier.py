@@ -14,10 +14,12 @@ from pathlib import Path
 import numpy as np
 
 BATCH1_WORDS = 1000
+DYNAMIC_INT8 = "build/frontier/g2p-en-dynamic/1"  # the shipped model, quantized per tensor (dynamic_int8_bundle)
 # (label, bundle directory, precision). A bundle that is not there is left out, and said so.
 FRONTIER = (
     ("shipped g2p-en, fp32", "models/g2p-en/1", "fp32"),
     ("shipped g2p-en, int8", "models/g2p-en/1", "int8"),
+    ("shipped g2p-en, int8 per tensor (onnxruntime dynamic, batch-dependent; not served)", DYNAMIC_INT8, "int8"),
     ("ensemble: shipped + compact", "build/frontier/ensemble/1", "fp32"),
     ("g2p-en's architecture (GRU, no attention), ours, fp32", "bench/models/g2p-en-gru/1", "fp32"),
     ("g2p-en's architecture (GRU, no attention), ours, int8", "bench/models/g2p-en-gru/1", "int8"),
@@ -67,9 +69,30 @@ def g2p_en_point(words: list[str], refs: dict) -> dict:
             "note": PEER_NOTE + "; it decodes one word at a time, so its loop's rate stands for batch 64"}
 
 
+def dynamic_int8_bundle(shipped: str = "models/g2p-en/1", out: str = DYNAMIC_INT8) -> None:
+    """The shipped model quantized the way it was before answers were made batch-independent
+    (onnxruntime's dynamic quantization), for the frontier to measure beside the served int8."""
+    import json
+    import shutil
+
+    from service.engine.bundle import write_manifest
+    from training.quantize import quantize_bundle
+
+    if (Path(out) / "manifest.json").exists():
+        return
+    print(f"  {out}: the shipped model, quantized per tensor (training.quantize --method dynamic)", flush=True)
+    shutil.rmtree(out, ignore_errors=True)
+    shutil.copytree(shipped, out, ignore=shutil.ignore_patterns("*.int8.onnx"))
+    manifest = json.loads((Path(out) / "manifest.json").read_text())
+    manifest["graphs"] = {role: f for role, f in manifest["graphs"].items() if not role.endswith(".int8")}
+    write_manifest(out, {k: v for k, v in manifest.items() if k not in ("files", "int8")})
+    quantize_bundle(Path(out), method="dynamic")
+
+
 def measure(words: list[str], refs: dict, frontier=FRONTIER) -> dict:
     """Every point of the frontier that can be measured here, keyed by label."""
     out = {}
+    dynamic_int8_bundle()
     print("  g2p-en's numpy loop", flush=True)
     out["g2p-en (its numpy loop)"] = g2p_en_point(words, refs)
     for label, bundle_dir, precision in frontier:

@@ -145,12 +145,12 @@ def markdown(r: dict, rows: list[dict]) -> str:
         lines += ["", "The machine's own ceilings beside the engine (bench/limits.py):", ""] + limits_lines(r["limits"])
     lines += ["", "| server run | mode | words/s | calls/s | p50 ms | p90 ms | p99 ms | errors | client CPU | server CPU |",
               "|---|---|---|---|---|---|---|---|---|---|"]
-    for mode in ("continuous", "request", "request_fp32"):
+    for mode in ("continuous", "request", "request_fp32", "request_int8_per_tensor"):
         if mode not in r:  # served in fp32 already
             continue
         runs = dict(r[mode])
         runs.update({f"open loop {k}": v for k, v in runs.pop("open_loop", {}).items()})
-        label = mode.replace("_fp32", ", fp32")
+        label = mode.replace("_fp32", ", fp32").replace("_int8_per_tensor", ", int8 per tensor (old, batch-dependent)")
         for name, x in runs.items():
             lines.append(f"| {name} | {label} | {x['words_per_s']:.0f} | {x['calls_per_s']:.0f} | {x['p50_ms']:.2f} | "
                          f"{x['p90_ms']:.2f} | {x['p99_ms']:.2f} | {x['errors']} | {x['client_cpu_util']:.2f} | "

@@ -102,6 +102,14 @@ def main(argv=None):
         print("attnserve, request batching, fp32 (--precision fp32)", flush=True)
         with Server(server_argv + ["--mode", "request", "--precision", "fp32"]) as s:
             r["request_fp32"] = closed_loop(s, words_file, d)
+    if served == "int8":  # the int8 served before answers were made batch-independent, for its speed
+        from bench.frontier import DYNAMIC_INT8, dynamic_int8_bundle
+
+        dynamic_int8_bundle()
+        print("attnserve, request batching, int8 per tensor (onnxruntime dynamic; --precision int8)", flush=True)
+        dynamic_argv = [a if a != str(bundle.path) else DYNAMIC_INT8 for a in server_argv]
+        with Server(dynamic_argv + ["--mode", "request", "--precision", "int8"]) as s:
+            r["request_int8_per_tensor"] = closed_loop(s, words_file, d)
 
     print("naive PyTorch server (eager, one request at a time)", flush=True)
     ckpt = bundle.path / "checkpoint.pt"

@@ -55,7 +55,6 @@ class _Graph:
 def _shared_constants(g: _Graph) -> dict:
     return {"tiny": g.const("tiny", np.array(1e-30, np.float32)),
             "inv127": g.const("inv127", np.array(1 / 127, np.float32)),
-            "f127": g.const("f127", np.array(127, np.float32)),
             "f128_5": g.const("f128_5", np.array(128.5, np.float32)),
             "one": g.const("one", np.array(1, np.float32)),
             "zp128": g.const("zp128", np.array(128, np.uint8)),
@@ -78,7 +77,7 @@ def rowwise_matmul(g: _Graph, c: dict, x: str, weight: np.ndarray, out: str | No
     w_q, w_scale = quantize_weight(weight)
     w_q_name = g.const("w_int8", w_q)
     if bounded:
-        q = g.op("Cast", [g.op("Add", [g.op("Mul", [x, c["f127"]]), c["f128_5"]])], to=TensorProto.UINT8)
+        q = g.op("QuantizeLinear", [x, c["inv127"], c["zp128"]])
         return g.op("MatMulIntegerToFloat", [q, w_q_name, c["inv127"], g.const("w_scale", w_scale), c["zp128"]],
                     [out] if out else None, domain="com.microsoft")
     row_max = g.op("ReduceMax", [g.op("Abs", [x])], axes=[-1], keepdims=1) if g.opset < 18 else \
@@ -151,32 +150,45 @@ def _one_step(g: _Graph, c: dict, lstm: _Lstm):
 
 
 def _scan(g: _Graph, c: dict, lstms: list):
-    """One Scan running the recurrences of independent LSTMs over the same steps side by side
-    (an encoder layer's two directions): half the per-step cost of the Scan itself."""
+    """One Scan running the recurrences of independent LSTMs of one size over the same steps (an
+    encoder layer's two directions), their rows stacked: (k B, H) states, so that the gates and the
+    cell are computed once a step for all of them, and only h R^T once per LSTM."""
+    k = len(lstms)
     body = _Graph(g.name("scan_body"), g.opset)
     bc = _shared_constants(body)
     vi = lambda n: helper.make_tensor_value_info(n, TensorProto.FLOAT, None)
-    states, scanned, new_states, step_outs = [], [], [], []
-    for lstm in lstms:
-        h_prev, c_prev, x_t = body.name("h_prev"), body.name("c_prev"), body.name("x_t")
-        gates = body.op("Add", [x_t, rowwise_matmul(body, bc, h_prev, lstm.R.T, bounded=True)])
-        h_new, c_new = _lstm_cell(body, bc, gates, c_prev)
-        states += [h_prev, c_prev]
-        scanned.append(x_t)
-        new_states += [h_new, c_new]
-        step_outs.append(body.op("Identity", [h_new]))
-    graph = helper.make_graph(body.nodes, body.prefix, [vi(n) for n in states + scanned],
-                              [vi(n) for n in new_states + step_outs], body.inits)
-    outs = [g.name("state") for _ in new_states] + [g.name("steps") for _ in step_outs]
-    g.op("Scan", [v for lstm in lstms for v in (lstm.h0, lstm.c0)] + [lstm.x_proj for lstm in lstms], outs,
-         num_scan_inputs=len(lstms), body=graph)
-    for k, lstm in enumerate(lstms):
-        _give_outputs(g, c, lstm, outs[len(new_states) + k], outs[2 * k], outs[2 * k + 1])
+    h_prev, c_prev, x_t = body.name("h_prev"), body.name("c_prev"), body.name("x_t")  # (kB, H), (kB, H), (kB, 4H)
+    if k == 1:
+        recurrent = rowwise_matmul(body, bc, h_prev, lstms[0].R.T, bounded=True)
+    else:
+        rows = [body.name("h_rows") for _ in lstms]
+        body.op("Split", [h_prev], rows, axis=0, **({"num_outputs": k} if body.opset >= 18 else {}))
+        recurrent = body.op("Concat", [rowwise_matmul(body, bc, r, lstm.R.T, bounded=True)
+                                       for r, lstm in zip(rows, lstms)], axis=0)
+    h_new, c_new = _lstm_cell(body, bc, body.op("Add", [x_t, recurrent]), c_prev)
+    y_t = body.op("Identity", [h_new])
+    graph = helper.make_graph(body.nodes, body.prefix, [vi(h_prev), vi(c_prev), vi(x_t)],
+                              [vi(h_new), vi(c_new), vi(y_t)], body.inits)
+    stack = (lambda names, axis: names[0]) if k == 1 else (lambda names, axis: g.op("Concat", names, axis=axis))
+    h_last, c_last, steps = g.name("h_last"), g.name("c_last"), g.name("steps")
+    g.op("Scan", [stack([x.h0 for x in lstms], 0), stack([x.c0 for x in lstms], 0),
+                  stack([x.x_proj for x in lstms], 1)], [h_last, c_last, steps], num_scan_inputs=1, body=graph)
+    if k == 1:
+        _give_outputs(g, c, lstms[0], steps, h_last, c_last)
+        return
+    parts = []
+    for name, axis in ((steps, 1), (h_last, 0), (c_last, 0)):
+        outs = [g.name("part") for _ in lstms]
+        g.op("Split", [name], outs, axis=axis, **({"num_outputs": k} if g.opset >= 18 else {}))
+        parts.append(outs)
+    for lstm, y, h, cc in zip(lstms, *parts):
+        _give_outputs(g, c, lstm, y, h, cc)
 
 
-def _independent_pairs(graph: onnx.GraphProto) -> list:
-    """LSTM nodes grouped in twos where the second does not read the first (an encoder layer's
-    forward and backward RNN, both reading the layer's input), else alone; in graph order."""
+def _independent_groups(graph: onnx.GraphProto) -> list:
+    """LSTM nodes in graph order, grouped while each reads none of its group's outputs and has the
+    group's size: an encoder layer's forward and backward RNN (every member's, in an ensemble).
+    The LSTMs of one encoder graph all run over the source positions, so a group shares its steps."""
     producer = {o: n for n in graph.node for o in n.output}
 
     def reads(node, outputs: set) -> bool:
@@ -191,15 +203,14 @@ def _independent_pairs(graph: onnx.GraphProto) -> list:
             todo.extend(producer[name].input)
         return False
 
-    lstms = [n for n in graph.node if n.op_type == "LSTM"]
-    groups, i = [], 0
-    while i < len(lstms):
-        if i + 1 < len(lstms) and not reads(lstms[i + 1], set(lstms[i].output)):
-            groups.append(lstms[i:i + 2])
-            i += 2
+    hidden = lambda n: next(helper.get_attribute_value(a) for a in n.attribute if a.name == "hidden_size")
+    groups: list = []
+    for node in (n for n in graph.node if n.op_type == "LSTM"):
+        group = groups[-1] if groups else []
+        if group and hidden(group[0]) == hidden(node) and not reads(node, {o for n in group for o in n.output}):
+            group.append(node)
         else:
-            groups.append(lstms[i:i + 1])
-            i += 1
+            groups.append([node])
     return groups
 
 
@@ -272,7 +283,7 @@ def quantize_rowwise(model: onnx.ModelProto, one_step_lstm: bool) -> onnx.ModelP
     g = _Graph("int8", opset)
     c = _shared_constants(g)
     bounded = bounded_tensors(graph)
-    groups = {id(group[-1]): group for group in _independent_pairs(graph)}  # emitted at their last node
+    groups = {id(group[-1]): group for group in _independent_groups(graph)}  # emitted at their last node
     for node in graph.node:
         if node.op_type == "LSTM":
             group = groups.get(id(node), []) if not one_step_lstm else [node]

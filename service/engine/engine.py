@@ -123,18 +123,19 @@ def _session_options(threads: int) -> ort.SessionOptions:
     return opts
 
 
-INT8_WER_TOLERANCE = 0.001  # 0.1 points of test WER: int8 costs nothing within it
+INT8_WER_TOLERANCE = 0.001  # 0.1 points of dev WER: int8 costs nothing within it
 
 
 def served_precision(manifest: dict, requested: str) -> str:
     """The precision a bundle is served in: the one asked for, or for "auto" int8 when `make quantize`
-    measured both that its test WER is within INT8_WER_TOLERANCE of fp32's and that its answers do
-    not depend on the batch (a word alone and among others: same output, same score), else fp32."""
+    measured both that its dev WER is within INT8_WER_TOLERANCE of fp32's (a choice made on dev, so
+    that test figures stay untouched by it) and that its answers do not depend on the batch (a word
+    alone and among others: same output, same score), else fp32."""
     if requested != "auto":
         return requested
     int8 = manifest.get("int8", {})
-    fp32_wer = manifest.get("metrics", {}).get("test", {}).get("wer")
-    int8_wer = int8.get("metrics", {}).get("test", {}).get("wer")
+    fp32_wer = manifest.get("metrics", {}).get("dev", {}).get("wer")
+    int8_wer = int8.get("metrics", {}).get("dev", {}).get("wer")
     has_int8 = "encoder.int8" in manifest.get("graphs", {})
     free = fp32_wer is not None and int8_wer is not None and int8_wer - fp32_wer <= INT8_WER_TOLERANCE
     return "int8" if has_int8 and free and int8.get("batch_independence", {}).get("independent") is True else "fp32"
