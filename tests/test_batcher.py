@@ -238,6 +238,25 @@ async def test_a_source_whose_deadline_passes_in_the_queue_is_not_decoded():
     await b.batcher.stop()
 
 
+async def test_a_source_with_less_time_left_than_a_batch_takes_is_shed_as_overloaded():
+    # its caller still has time to retry elsewhere: RESOURCE_EXHAUSTED, not a timeout of its own
+    clock = Clock()
+    engine = FakeEngine(clock)
+    b = await started(engine, max_batch_size=1, max_wait_ms=0, clock=clock)
+    b.batcher._batch_s = 0.05  # recent batches took 50 ms
+    engine.calls.gate.clear()
+    first = asyncio.ensure_future(b.transduce(["first"]))
+    await engine.calls.reached(1)
+    short = asyncio.ensure_future(b.transduce(["short"], deadline_s=clock() + 0.04))
+    await one_pass()
+    engine.calls.gate.set()
+    with pytest.raises(Overloaded, match="ms left, less than a batch takes"):
+        await short
+    await first
+    assert ["short"] not in engine.batches
+    await b.batcher.stop()
+
+
 async def test_an_engine_fault_fails_only_its_batch():
     engine = FakeEngine(fail_on="boom")
     b = await started(engine, max_batch_size=8, max_wait_ms=0)

@@ -160,10 +160,15 @@ class Batcher:
             item = self._queue.popleft()
             if item.future.done():  # skip sources whose caller went away
                 continue
-            if item.deadline_s is not None and item.deadline_s - now <= self._batch_s:
-                # Its deadline passes before a batch could finish: decoding it would only delay the others.
-                expired.append((item, DeadlineExpired("the deadline passed, or would pass within the batch, while "
-                                                      "the call was queued")))
+            left_s = None if item.deadline_s is None else item.deadline_s - now
+            if left_s is not None and left_s <= 0:
+                expired.append((item, DeadlineExpired("the deadline passed while the call was queued")))
+            elif left_s is not None and left_s <= self._batch_s:
+                # Its deadline passes before a batch could finish: decoding it would only delay the
+                # others. The caller still has time to go elsewhere, so it hears a shed, not a timeout.
+                expired.append((item, Overloaded(
+                    f"overloaded: {1000 * left_s:.0f} ms left, less than a batch takes here "
+                    f"({1000 * self._batch_s:.0f} ms); retry later or elsewhere")))
             else:
                 batch.append(item)
         if expired:
