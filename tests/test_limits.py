@@ -25,12 +25,11 @@ def three_words() -> dict[str, list[str]]:
 @pytest.fixture(scope="module")
 def bundle(tmp_path_factory):
     import torch
-    from onnxruntime.quantization import QuantType, quantize_dynamic
 
     from service.engine.bundle import write_manifest
     from training.export import export_graphs
     from training.model import ModelConfig, Seq2Seq
-    from training.quantize import QUANTIZED_OPS
+    from training.quantize import write_int8_graph
 
     out = tmp_path_factory.mktemp("limits")
     corpus = out / "corpus.tsv"
@@ -38,9 +37,8 @@ def bundle(tmp_path_factory):
     torch.manual_seed(0)
     export_graphs(Seq2Seq(ModelConfig(src_vocab_size=SRC_V, tgt_vocab_size=TGT_V, hidden_size=H, emb_dim=E,
                                       enc_layers=1, attention="additive", dropout=0.0)).eval(), out)
-    for role in ("encoder", "decoder_step"):
-        quantize_dynamic(out / f"{role}.onnx", out / f"{role}.int8.onnx", op_types_to_quantize=QUANTIZED_OPS,
-                         weight_type=QuantType.QInt8)
+    for role in ("encoder", "decoder_step"):  # the int8 make quantize writes
+        write_int8_graph(out / f"{role}.onnx", out / f"{role}.int8.onnx", role, "rowwise")
     write_manifest(out, {"name": "tiny", "version": "1", "graphs": {
         "encoder": "encoder.onnx", "decoder_step": "decoder_step.onnx",
         "encoder.int8": "encoder.int8.onnx", "decoder_step.int8": "decoder_step.int8.onnx"},
@@ -56,9 +54,13 @@ STEP_FIXED = (2 * ((E + H) + H) * 4 * H  # LSTM on [embed; feed]: 4864
 STEP_PER_S = 2 * H + 2 * H  # v . tanh(keys + q) and attn @ enc_out, at each source position: 64
 S, L = 4.0, 8 / 3
 # Decoder weights: embed, LSTM W and R, LSTM bias (8H), W_q + bias, v, linear_out, generator + bias.
-DEC_MATRICES = [4 * H * (E + H), 4 * H * H, H * H, H, 2 * H * H, H * TGT_V]  # quantized ones in int8
-DEC_FP32_ONLY = [TGT_V * E, 8 * H, H, TGT_V]  # embedding and biases stay fp32 in int8 too
-INT8_SCALE_ZERO = 4 + 1  # per quantized matrix: an fp32 scale and an int8 zero point
+DEC_MATRICES = [4 * H * (E + H), 4 * H * H, H * H, H, 2 * H * H, H * TGT_V]
+DEC_FP32_ONLY = [TGT_V * E, 8 * H, H, TGT_V]  # embedding and biases
+# int8 (training/rowwise_int8.py): the LSTM's W and R (4H = 64 columns) in int8 with an fp32 scale per
+# column, its two biases summed; products of fewer than 64 columns (every other one here) stay fp32.
+INT8_MATRICES = [4 * H * (E + H), 4 * H * H]
+INT8_FP32 = [2 * 4 * H, TGT_V * E, 4 * H, H * H, H, H, 2 * H * H, H * TGT_V, TGT_V]  # scales, embedding, bias, the rest
+INT8_CONSTANTS = 64  # at most: the scalars of the quantization (1/127, a zero point, axes)
 
 
 @pytest.mark.parametrize("precision", ["fp32", "int8"])
@@ -69,9 +71,13 @@ def test_graph_costs_match_a_count_by_hand(bundle, precision):
     assert c["encoder_flops_per_source"] == ENC_PER_SOURCE
     assert c["decoder_step_flops"] == STEP_FIXED + STEP_PER_S * S == 6688 + 256
     assert c["flops_per_word"] == pytest.approx(ENC_PER_CHAR * S + ENC_PER_SOURCE + (STEP_FIXED + STEP_PER_S * S) * (L + 1))
-    weights = (sum(DEC_MATRICES) * 4 if precision == "fp32"
-               else sum(DEC_MATRICES) + len(DEC_MATRICES) * INT8_SCALE_ZERO) + sum(DEC_FP32_ONLY) * 4
-    assert c["decoder_weight_bytes_per_step"] == weights == (14268 if precision == "fp32" else 4218)
+    if precision == "fp32":
+        weights = sum(DEC_MATRICES) * 4 + sum(DEC_FP32_ONLY) * 4
+        assert c["decoder_weight_bytes_per_step"] == weights == 14268
+    else:
+        weights = sum(INT8_MATRICES) + sum(INT8_FP32) * 4
+        assert weights == 2432 + 4796
+        assert weights <= c["decoder_weight_bytes_per_step"] <= weights + INT8_CONSTANTS
     assert sorted(map(tuple, c["decoder_shapes"])) == sorted(
         [(E + H, 4 * H), (H, 4 * H), (H, H), (H, 1), (2 * H, H), (H, TGT_V)])
 
