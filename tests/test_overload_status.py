@@ -100,4 +100,4 @@ def test_calls_past_the_process_limit_hear_resource_exhausted(held, tmp_path):
     result = burst(held, tmp_path, calls=800, connections=4, at_most_held=16)
     assert set(result["statuses"]) - {"OK"} <= ACTIONABLE, result["details"]
     assert any(d["status"] == "RESOURCE_EXHAUSTED" and "calls in flight" in d["message"] for d in result["details"])
-    assert 0 < result["ok"] <= 16
+    assert result["ok"] == 16  # counted from admission: no more than the bound get in, however fast the burst
