@@ -144,7 +144,8 @@ MODEL_VERSION ?= 1
 export: $(VENV)/.dev-installed
 	$(PY) -m training.export --checkpoint $(EXPORT_CHECKPOINTS) --out $(MODEL_DIR)/$(MODEL_VERSION)
 
-# Adds int8 graphs (onnxruntime dynamic quantization) to the bundle, with their WER/PER.
+# Adds int8 graphs (per-row activation scales: answers independent of the batch, training/rowwise_int8.py)
+# to the bundle, with their WER/PER and the batch-independence check --precision auto reads.
 quantize: $(VENV)/.dev-installed
 	$(PY) -m training.quantize --bundle $(MODEL_DIR)/$(MODEL_VERSION)
 
