@@ -105,7 +105,8 @@ class BearerTokenInterceptor(grpc.aio.ServerInterceptor):
             return await continuation(details)
         self._metrics.auth_failures.inc()
         handler = await continuation(details)
-        return _refusal(handler, "missing bearer token" if given is None else "wrong bearer token")
+        return refusal(handler, grpc.StatusCode.UNAUTHENTICATED,
+                       "missing bearer token" if given is None else "wrong bearer token")
 
 
 # Admin calls change what the server serves; without a bearer token they are closed unless the
@@ -135,11 +136,12 @@ class AdminClosedInterceptor(grpc.aio.ServerInterceptor):
         return grpc.unary_unary_rpc_method_handler(refuse, handler.request_deserializer, handler.response_serializer)
 
 
-def _refusal(handler: grpc.RpcMethodHandler | None, message: str) -> grpc.RpcMethodHandler:
-    """A handler of the same shape as the real one (so streaming calls end at once) that aborts."""
+def refusal(handler: grpc.RpcMethodHandler | None, code: grpc.StatusCode, message: str) -> grpc.RpcMethodHandler:
+    """A handler of the same shape as the real one (so streaming calls end at once) that aborts
+    without reading the request (no deserializer: the request is never parsed)."""
 
     async def refuse(request_or_iterator, context):
-        await context.abort(grpc.StatusCode.UNAUTHENTICATED, message)
+        await context.abort(code, message)
 
     if handler is not None and handler.request_streaming and handler.response_streaming:
         return grpc.stream_stream_rpc_method_handler(refuse)

@@ -19,25 +19,12 @@ import weakref
 
 import grpc
 
+from service.transport.security import refusal
+
 # Never shed: gRPC health (probes, balancers), reflection (tools), and the admin methods.
 EXEMPT_PREFIXES = ("/grpc.health.v1.", "/grpc.reflection.")
 EXEMPT_METHODS = ("/attnserve.v1.Transducer/ReloadModel", "/inference.GRPCInferenceService/RepositoryModelLoad",
                   "/inference.GRPCInferenceService/RepositoryModelUnload")
-
-
-def _shed_handler(handler: grpc.RpcMethodHandler | None, message: str) -> grpc.RpcMethodHandler:
-    """A handler of the real one's shape that aborts without reading the request."""
-
-    async def refuse(_request_or_iterator, context):
-        await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, message)
-
-    if handler is not None and handler.request_streaming and handler.response_streaming:
-        return grpc.stream_stream_rpc_method_handler(refuse)
-    if handler is not None and handler.request_streaming:
-        return grpc.stream_unary_rpc_method_handler(refuse)
-    if handler is not None and handler.response_streaming:
-        return grpc.unary_stream_rpc_method_handler(refuse)
-    return grpc.unary_unary_rpc_method_handler(refuse)
 
 
 class _Admitted:
@@ -70,8 +57,9 @@ class SheddingInterceptor(grpc.aio.ServerInterceptor):
             return handler
         if self.inflight >= self.max_inflight_calls:
             self._on_shed()
-            return _shed_handler(handler, f"overloaded: {self.inflight} calls in flight, the most this server "
-                                          "process takes; retry later or elsewhere")
+            return refusal(handler, grpc.StatusCode.RESOURCE_EXHAUSTED,
+                           f"overloaded: {self.inflight} calls in flight, the most this server process takes; "
+                           "retry later or elsewhere")
         return _counted(handler, _Admitted(self))  # counted from admission, so the bound holds
 
 
