@@ -6,6 +6,8 @@ Two tiny models of given splits, trained a few steps, served by one real server:
 - `cased`, a language that writes case and spaces (`Ab cd`): its policy is NFC without lower
   case, so `ab` and `Ab` are different sources, an upper-case letter it never saw is refused by
   symbol and position, and the space is a symbol the model reads, not a word break.
+- `hangul`, trained with `--source-form nfd`: its sources are Hangul syllables decomposed into their
+  jamo, so a syllable no training word has is letters it has seen, and its policy is NFD.
 The answer to an input does not depend on how it was typed once normalized: NFD and NFC inputs get
 the same output and score.
 """
@@ -20,10 +22,11 @@ from tests.live import ThreadServer
 
 ACCENTS = ["garçon", "café", "été", "çà", "déjà", "façade", "élève", "reçu", "caché", "gâté", "arçon", "leçon"]
 CASED = ["Ab cd", "ab", "Ab", "cd ab", "Cd", "abc", "Abc d", "dc ba", "bad", "Dab", "cab", "ba dc"]
+HANGUL = ["가나", "나다", "다가", "각", "난", "닥나", "가다", "나가", "다나", "낙", "각나", "난다"]  # never 간
 
 
 def phones(word: str) -> str:
-    return " ".join(f"P{ord(c):x}" for c in word if c != " ")
+    return " ".join(f"P{ord(c):x}" for c in unicodedata.normalize("NFD", word) if c != " ")
 
 
 def write_splits(root, name: str, words: list[str]) -> list[str]:
@@ -42,9 +45,11 @@ def repository(tmp_path_factory):
 
     root = tmp_path_factory.mktemp("policy")
     repo = root / "models"
-    for name, words in (("accents", ACCENTS), ("cased", CASED)):
+    for name, words, form in (("accents", ACCENTS, "as-written"), ("cased", CASED, "as-written"),
+                              ("hangul", HANGUL, "nfd")):
         run = root / f"run-{name}"
-        train.main(["--corpus", "tsv", *write_splits(root, name, words), "--out", str(run), "--hidden-size", "16",
+        train.main(["--corpus", "tsv", *write_splits(root, name, words), "--source-form", form, "--out", str(run),
+                    "--hidden-size", "16",
                     "--enc-layers", "1", "--emb-dim", "8", "--batch-size", "16", "--max-epochs", "2", "--lr", "0.01",
                     "--dropout", "0.0", "--seed", "1", "--threads", "1", "--device", "cpu"])
         build_bundle(run / "best.pt", repo / name / "1", name, "1", parity_words=20)
@@ -107,3 +112,15 @@ def test_the_space_is_a_symbol_where_the_language_has_it(stub):
 def test_without_the_space_in_its_alphabet_a_space_separates_words(stub):
     (r,) = transduce(stub, "accents", "café été", bypass=False)  # answered word by word, joined
     assert r.output_text == f"{phones('café')} {phones('été')}" and r.origin == pb.ORIGIN_LEXICON
+
+
+def test_a_decomposed_language_reads_a_syllable_it_never_saw_as_its_letters(repository, stub):
+    import json
+
+    m = json.loads((repository / "hangul" / "1" / "manifest.json").read_text())
+    assert m["source_normalization"] == "nfd-lower" and m["data"]["source_form"] == "nfd"
+    assert "가" not in m["src_vocab"] and {"\u1100", "\u1161", "\u11ab"} <= set(m["src_vocab"])  # ㄱ ㅏ final ㄴ
+    (r,) = transduce(stub, "hangul", "간")  # no training word has the syllable; each of its letters is seen
+    assert list(r.attention.source_labels) == list(unicodedata.normalize("NFD", "간")) and r.attention.cols == 3
+    (answer,) = transduce(stub, "hangul", "닥나", bypass=False)  # typed composed, found in the lexicon
+    assert answer.origin == pb.ORIGIN_LEXICON and answer.output_text == phones("닥나")

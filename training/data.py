@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import unicodedata
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -95,8 +96,14 @@ def read_lines(path: str | Path) -> list[tuple[str, str]]:
     return rows
 
 
-def read_pairs(path: str | Path, src_tokens: str, tgt_tokens: str) -> list[Pair]:
-    return [Pair(tokenize(src, src_tokens), tokenize(tgt, tgt_tokens)) for src, tgt in read_lines(path)]
+# How given sources may be rewritten before tokenizing (train.py --source-form; the manifest's
+# source_normalization then does the same to what the server is sent).
+SOURCE_FORMS = {"as-written": lambda s: s, "nfd": lambda s: unicodedata.normalize("NFD", s)}
+
+
+def read_pairs(path: str | Path, src_tokens: str, tgt_tokens: str, source_form: str = "as-written") -> list[Pair]:
+    form = SOURCE_FORMS[source_form]
+    return [Pair(tokenize(form(src), src_tokens), tokenize(tgt, tgt_tokens)) for src, tgt in read_lines(path)]
 
 
 def load_tsv(path: str | Path, src_tokens: str, tgt_tokens: str) -> dict[str, list[Pair]]:
@@ -124,10 +131,11 @@ def recorded_file(record: dict) -> Path:
     return path
 
 
-def load_given(files: dict[str, dict], src_tokens: str, tgt_tokens: str) -> dict[str, list[Pair]]:
+def load_given(files: dict[str, dict], src_tokens: str, tgt_tokens: str,
+               source_form: str = "as-written") -> dict[str, list[Pair]]:
     """Splits given as files (each named by a file_record; test may be absent), used as they are."""
-    return {split: read_pairs(recorded_file(files[split]), src_tokens, tgt_tokens) if split in files else []
-            for split in SPLITS}
+    return {split: read_pairs(recorded_file(files[split]), src_tokens, tgt_tokens, source_form)
+            if split in files else [] for split in SPLITS}
 
 
 def load_described(data: dict) -> dict[str, list[Pair]]:
@@ -135,7 +143,7 @@ def load_described(data: dict) -> dict[str, list[Pair]]:
     if data["corpus"] == "cmudict":
         return load_cmudict(keep_stress=data["keep_stress"])
     if "files" in data:
-        return load_given(data["files"], data["src_tokens"], data["tgt_tokens"])
+        return load_given(data["files"], data["src_tokens"], data["tgt_tokens"], data.get("source_form", "as-written"))
     return load_tsv(recorded_file(data), data["src_tokens"], data["tgt_tokens"])
 
 

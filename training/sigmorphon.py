@@ -81,6 +81,12 @@ RECIPES = {
 }
 
 
+# A language's own flags beside its subtask's recipe. Korean: a Hangul syllable is two or three jamo
+# (letters); trained on whole syllables, a test word with a syllable no training word has cannot be
+# read at all, so its sources are decomposed (NFD) and the model reads the letters.
+LANG_FLAGS = {"kor": ("--source-form", "nfd")}
+
+
 def files(lang: str) -> dict[str, Path]:
     subtask = LANGS[lang][0]
     return {split: DATA / subtask / f"{lang}_{split}.tsv" for split in ("train", "dev", "test")}
@@ -93,7 +99,7 @@ def train_seed(lang: str, seed: int, recipe: Recipe) -> Path:
         f = files(lang)
         argv = [sys.executable, "-m", "training.train", "--corpus", "tsv", "--train-tsv", str(f["train"]),
                 "--dev-tsv", str(f["dev"]), "--test-tsv", str(f["test"]), "--out", str(out), "--seed", str(seed),
-                *recipe.flags]
+                *recipe.flags, *LANG_FLAGS.get(lang, ())]
         if recipe.cmudict_ipa:
             from training.sigmorphon_english import write_targets
 

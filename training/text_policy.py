@@ -23,10 +23,15 @@ def text_policy(data: dict, splits: dict, src_vocab: list[str]) -> dict:
         return {"source_normalization": "none", "lowercase_input": False}
     sources = ["".join(p.src) if data["src_tokens"] == "chars" else " ".join(p.src)
                for split in ("train", "dev") for p in splits[split]]
-    nfc = all(unicodedata.is_normalized("NFC", s) for s in sources)
     cased = any(s.lower() != s for s in sources)
-    normalization = ("nfc" if nfc else "none") if cased else ("nfc-lower" if nfc else "lower")
-    why = (f"train and dev sources {'all' if nfc else 'not all'} NFC; "
-           f"{'some have' if cased else 'none has'} characters that lower-casing changes")
+    if data.get("source_form") == "nfd":  # trained on decomposed sources: inputs decomposed the same way
+        normalization = "nfd" if cased else "nfd-lower"
+        why = (f"trained on NFD-decomposed sources (--source-form nfd); "
+               f"{'some have' if cased else 'none has'} characters that lower-casing changes")
+    else:
+        nfc = all(unicodedata.is_normalized("NFC", s) for s in sources)
+        normalization = ("nfc" if nfc else "none") if cased else ("nfc-lower" if nfc else "lower")
+        why = (f"train and dev sources {'all' if nfc else 'not all'} NFC; "
+               f"{'some have' if cased else 'none has'} characters that lower-casing changes")
     return {"source_normalization": normalization, "lowercase_input": not cased,
             "text_policy": {"source_normalization": normalization, "why": why, "space_is_a_source_symbol": space}}

@@ -95,9 +95,11 @@ def load_corpus(args) -> tuple[dict[str, list[Pair]], dict]:
     else:
         given = {"train": args.train_tsv, "dev": args.dev_tsv, "test": args.test_tsv}
         files = {split: file_record(path) for split, path in given.items() if path}
-        splits = load_given(files, args.src_tokens, args.tgt_tokens)
+        splits = load_given(files, args.src_tokens, args.tgt_tokens, args.source_form)
         desc = {"corpus": "tsv", "files": files, "src_tokens": args.src_tokens, "tgt_tokens": args.tgt_tokens,
                 "split": GIVEN_SPLIT_RULE}
+        if args.source_form != "as-written":
+            desc["source_form"] = args.source_form
     desc.setdefault("split", SPLIT_RULE)
     if args.train_targets:  # knowledge distillation: a teacher's outputs replace the training targets
         # Given splits: a targets file may hold no source of the dev or test file.
@@ -291,6 +293,9 @@ def parse_args(argv=None):
     p.add_argument("--dev-tsv", type=Path, help="...the dev file (early stopping)...")
     p.add_argument("--test-tsv", type=Path, help="...and the test file (optional; never read in training)")
     p.add_argument("--src-tokens", choices=["chars", "words"], default="chars")
+    p.add_argument("--source-form", choices=["as-written", "nfd"], default="as-written",
+                   help="given splits: nfd decomposes each source (Hangul syllables into their jamo, so an "
+                        "unseen syllable is letters the model has seen); the server does the same to inputs")
     p.add_argument("--tgt-tokens", choices=["chars", "words"], default="words")
     p.add_argument("--keep-stress", action="store_true", help="keep CMUdict stress digits")
     p.add_argument("--out", type=Path, required=True)

@@ -148,7 +148,8 @@ def _strip_accents_lower(text: str) -> str:
 
 # A bundle's manifest names one (source_normalization); export writes it.
 NORMALIZATIONS = {"none": lambda t: t, "lower": str.lower, "nfkd-strip-accents-lower": _strip_accents_lower,
-                  "nfc": lambda t: unicodedata.normalize("NFC", t), "nfc-lower": lambda t: unicodedata.normalize("NFC", t.lower())}
+                  "nfc": lambda t: unicodedata.normalize("NFC", t), "nfc-lower": lambda t: unicodedata.normalize("NFC", t.lower()),
+                  "nfd": lambda t: unicodedata.normalize("NFD", t), "nfd-lower": lambda t: unicodedata.normalize("NFD", t.lower())}
 
 
 class Engine:
