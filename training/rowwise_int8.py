@@ -307,6 +307,32 @@ def quantize_rowwise(model: onnx.ModelProto, one_step_lstm: bool) -> onnx.ModelP
     graph.initializer.extend(kept + g.inits)
     if not any(o.domain == "com.microsoft" for o in model.opset_import):
         model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
+    return drop_unused_initializers(model)
+
+
+def drop_unused_initializers(model: onnx.ModelProto) -> onnx.ModelProto:
+    """The model without initializers no node reads (each shared constant is made for every graph,
+    and onnxruntime warns of each one left unread when it loads), in Scan bodies too."""
+    def names_read(graph) -> set:
+        read = {o.name for o in graph.output}
+        for n in graph.node:
+            read.update(n.input)
+            for a in n.attribute:
+                if a.type == onnx.AttributeProto.GRAPH:
+                    read |= names_read(a.g)  # a body may read the outer graph's names
+        return read
+
+    def prune(graph):
+        read = names_read(graph)
+        kept = [t for t in graph.initializer if t.name in read]
+        del graph.initializer[:]
+        graph.initializer.extend(kept)
+        for n in graph.node:
+            for a in n.attribute:
+                if a.type == onnx.AttributeProto.GRAPH:
+                    prune(a.g)
+
+    prune(model.graph)
     return model
 
 
