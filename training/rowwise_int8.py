@@ -90,14 +90,13 @@ def rowwise_matmul(g: _Graph, c: dict, x: str, weight: np.ndarray, out: str | No
     return g.op("Mul", [acc, s], [out] if out else None)
 
 
-def _lstm_cell(g: _Graph, c: dict, gates: str, c_prev: str, h_out: str | None = None,
-               c_out: str | None = None) -> tuple[str, str]:
+def _lstm_cell(g: _Graph, gates: str, c_prev: str) -> tuple[str, str]:
     """ONNX LSTM gates (B, 4H) in the order i, o, f, c -> the new h and c (B, H)."""
     i, o, f, cand = (g.name(n) for n in ("i", "o", "f", "cand"))
     g.op("Split", [gates], [i, o, f, cand], axis=-1, **({"num_outputs": 4} if g.opset >= 18 else {}))
     c_new = g.op("Add", [g.op("Mul", [g.op("Sigmoid", [f]), c_prev]),
-                         g.op("Mul", [g.op("Sigmoid", [i]), g.op("Tanh", [cand])])], [c_out] if c_out else None)
-    h_new = g.op("Mul", [g.op("Sigmoid", [o]), g.op("Tanh", [c_new])], [h_out] if h_out else None)
+                         g.op("Mul", [g.op("Sigmoid", [i]), g.op("Tanh", [cand])])])
+    h_new = g.op("Mul", [g.op("Sigmoid", [o]), g.op("Tanh", [c_new])])
     return h_new, c_new
 
 
@@ -145,7 +144,7 @@ def _one_step(g: _Graph, c: dict, lstm: _Lstm):
     """A decoder step's LSTM (x_proj is (1, B, 4H)), written inline."""
     gates = g.op("Add", [g.op("Squeeze", [lstm.x_proj, c["axis0"]]),
                          rowwise_matmul(g, c, lstm.h0, lstm.R.T, bounded=True)])
-    h_new, c_new = _lstm_cell(g, c, gates, lstm.c0)
+    h_new, c_new = _lstm_cell(g, gates, lstm.c0)
     _give_outputs(g, c, lstm, g.op("Unsqueeze", [h_new, c["axis0"]]), h_new, c_new)
 
 
@@ -165,7 +164,7 @@ def _scan(g: _Graph, c: dict, lstms: list):
         body.op("Split", [h_prev], rows, axis=0, **({"num_outputs": k} if body.opset >= 18 else {}))
         recurrent = body.op("Concat", [rowwise_matmul(body, bc, r, lstm.R.T, bounded=True)
                                        for r, lstm in zip(rows, lstms)], axis=0)
-    h_new, c_new = _lstm_cell(body, bc, body.op("Add", [x_t, recurrent]), c_prev)
+    h_new, c_new = _lstm_cell(body, body.op("Add", [x_t, recurrent]), c_prev)
     y_t = body.op("Identity", [h_new])
     graph = helper.make_graph(body.nodes, body.prefix, [vi(h_prev), vi(c_prev), vi(x_t)],
                               [vi(h_new), vi(c_new), vi(y_t)], body.inits)
