@@ -15,7 +15,9 @@ stopping and every choice on the dev file (medium and low: no outside resource).
 scorer's: the percentage of words whose predicted segment sequence differs from the gold one, through
 the ONNX engine in the precision served (int8 only where it costs nothing on dev), the lexicon never
 consulted; the same as `attnserve-eval --bundle models/<name>/1 --gold data/sigmorphon-2021/<subtask>/<lang>_test.tsv
-[--beam-size 5]`. Baseline: the task's (data/sigmorphon-2021/README.md). Lower is better.
+[--beam-size 5]`, and through a server: `scripts/sigmorphon_served.py --server ADDR` scores every model
+on its test file through a running `make serve` and sets each figure beside this table's. Baseline:
+the task's (data/sigmorphon-2021/README.md). Lower is better.
 """
 
 

@@ -1,0 +1,48 @@
+"""Every SIGMORPHON 2021 model scored on its test file through a running server, greedy and beam 5,
+beside the figures docs/sigmorphon.md shows (each manifest's task_scores, taken in process).
+
+    make serve &                                   # every model of models/
+    .venv/bin/python scripts/sigmorphon_served.py --server localhost:50051
+
+One JSON line per language, then how many of the figures the server gave equal the table's.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from training.sigmorphon import BEAM, DATA, LANGS, MODELS  # noqa: E402
+
+
+def served_wer(server: str, model: str, gold: Path, beam: int) -> float:
+    out = subprocess.run([str(Path(sys.executable).parent / "attnserve-eval"), "--server", server, "--model", model,
+                          "--gold", str(gold), "--beam-size", str(beam), "--timeout-s", "300"],
+                         capture_output=True, text=True, check=True)
+    return json.loads(out.stdout)["wer_percent"]
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--server", default="localhost:50051")
+    args = p.parse_args(argv)
+    same = total = 0
+    for lang, (subtask, name, _) in sorted(LANGS.items(), key=lambda kv: (kv[1][0], kv[0])):
+        table = json.loads((MODELS / name / "1" / "manifest.json").read_text())["task_scores"]["test"]
+        row = {"lang": lang, "model": name}
+        for beam, key in ((1, "greedy"), (BEAM, f"beam{BEAM}")):
+            got = served_wer(args.server, name, DATA / subtask / f"{lang}_test.tsv", beam)
+            row[key] = {"server": got, "table": table[key]}
+            same += round(got, 2) == table[key]
+            total += 1
+        print(json.dumps(row, ensure_ascii=False), flush=True)
+    print(json.dumps({"figures": total, "equal_to_the_table": same}))
+
+
+if __name__ == "__main__":
+    main()
