@@ -4,6 +4,7 @@ The real engine's decoder step is paced to 5 ms so a deadline can fall mid-seque
 any machine; the server, its batcher and the gRPC cancellation path are the real ones.
 """
 import asyncio
+import threading
 import time
 
 import grpc
@@ -14,6 +15,7 @@ from service.config import AnswerConfig, BatcherConfig, Config, ServerConfig
 from tests.live import start_loaded
 
 STEP_S = 0.005
+CANCEL_AFTER_STEPS = 6  # the second victim is cancelled this many engine steps into the burst
 LONG = "internationalization"
 OTHERS = [LONG, "characteristically", "cat", "phoenix"]
 NO_ATTENTION = pb.DecodeOptions(return_attention=False, max_output_len=40)
@@ -25,15 +27,29 @@ async def server(tiny_bundle):
                                   server=ServerConfig(host="127.0.0.1", port=0, metrics_port=-1),
                                   answering=AnswerConfig(cache_entries=0), batcher=BatcherConfig(mode="continuous", max_batch_size=16)))
     engine = s.batcher.engine
-    real_step = engine.step
-
-    def paced_step(running):
-        time.sleep(STEP_S)
-        return real_step(running)
-
-    engine.step = paced_step
+    engine.step = Pacer(engine.step)
     yield s
     await s.stop(0)
+
+
+class Pacer:
+    """The engine's decoder step, paced to STEP_S and counted, so that a test waits for steps taken
+    rather than for time passing."""
+
+    def __init__(self, step):
+        self.step, self.taken, self.changed = step, 0, threading.Condition()
+
+    def __call__(self, running):
+        time.sleep(STEP_S)  # the pacing itself: a deadline must be able to fall mid-sequence
+        out = self.step(running)
+        with self.changed:
+            self.taken += 1
+            self.changed.notify_all()
+        return out
+
+    def until(self, taken: int, timeout_s: float = 30) -> None:
+        with self.changed:
+            assert self.changed.wait_for(lambda: self.taken >= taken, timeout_s), f"{self.taken} steps, not {taken}"
 
 
 def counters(server) -> tuple[float, float]:
@@ -55,11 +71,13 @@ async def test_cancelled_and_expired_sequences_stop_within_one_step(server, caps
         alone = [(await call(w, timeout=30)).results[0].output_tokens for w in OTHERS]
 
         steps0, after0 = counters(server)
+        pacer = server.batcher.engine.step
+        mark = pacer.taken
         others = [asyncio.ensure_future(stub.Transduce(pb.TransduceRequest(inputs=[w]), timeout=30)) for w in OTHERS]
         expired = call(LONG, timeout=0.03)  # its deadline passes mid-sequence
         cancelled = call(LONG, timeout=30)
         waiter = asyncio.ensure_future(cancelled)
-        await asyncio.sleep(0.03)
+        await asyncio.to_thread(pacer.until, mark + CANCEL_AFTER_STEPS)
         cancelled.cancel()  # the client gives up mid-sequence
         try:
             await expired
@@ -80,7 +98,7 @@ async def test_cancelled_and_expired_sequences_stop_within_one_step(server, caps
     after_cancel = after1 - after0
     with capsys.disabled():
         print(f"\ncancellation: {len(OTHERS)} others took {others_steps:.0f} row-steps as alone; 2 victims "
-              f"(deadline 30 ms, cancel at 30 ms) took {victim_steps:.0f} row-steps of {2 * full_steps} uncancelled; "
+              f"(deadline 30 ms, cancelled {CANCEL_AFTER_STEPS} steps in) took {victim_steps:.0f} row-steps of {2 * full_steps} uncancelled; "
               f"row-steps after cancel/deadline: {after_cancel:.0f} (at most 1 per victim)")
     assert after_cancel <= 2
     assert victim_steps < 2 * full_steps  # they stopped early rather than ran to the end
