@@ -48,6 +48,7 @@ class Load:
         self.replies: list[tuple[float, str]] = []  # (call start, model_version)
         self.failures: list[str] = []
         self._stop = asyncio.Event()
+        self._replied = asyncio.Condition()
 
     async def _caller(self, seed):
         rng = random.Random(seed)
@@ -57,15 +58,24 @@ class Load:
                 reply = await self.stub.Transduce(pb.TransduceRequest(inputs=rng.sample(WORDS, 3)), timeout=30)
                 assert len(reply.results) == 3 and all(r.output_tokens for r in reply.results)
                 self.replies.append((started, reply.model_version))
+                async with self._replied:
+                    self._replied.notify_all()
             except grpc.aio.AioRpcError as e:
                 self.failures.append(f"{e.code().name}: {e.details()}")
 
     async def more(self, n: int = 10, timeout_s: float = 60) -> None:
-        """Until n more replies have come: the load is running (a poll; the deadline bounds a hang)."""
-        target, deadline = len(self.replies) + n, time.monotonic() + timeout_s
-        while len(self.replies) < target:
-            assert time.monotonic() < deadline, f"{len(self.replies)} replies, not {target}: {self.failures[:3]}"
-            await asyncio.sleep(0.01)
+        """Until n more replies have come: the load is running (each reply wakes it; the timeout
+        bounds a hang)."""
+        target = len(self.replies) + n
+        await self.until(lambda: len(self.replies) >= target, f"not {target} replies", timeout_s)
+
+    async def until(self, predicate, why: str, timeout_s: float = 60) -> None:
+        """Until predicate() holds, checked at each reply (the timeout bounds a hang)."""
+        try:
+            async with self._replied:
+                await asyncio.wait_for(self._replied.wait_for(predicate), timeout_s)
+        except asyncio.TimeoutError:
+            raise AssertionError(f"{why}: {len(self.replies)} replies, {self.failures[:3]}") from None
 
     async def __aenter__(self):
         self._tasks = [asyncio.ensure_future(self._caller(i)) for i in range(self.callers)]
@@ -137,14 +147,10 @@ async def test_polling_loads_a_new_version_and_skips_a_broken_one(model_dir, sta
         async with Load(stub) as load:
             await load.more()  # version 1 answers
             add_version(model_dir, "2")
-            deadline = time.monotonic() + 60
-            while load.replies[-1][1] != "2":  # a poll, as the server's; the deadline bounds a hang
-                assert time.monotonic() < deadline, "version 2 never served"
-                await asyncio.sleep(0.05)
+            await load.until(lambda: load.replies[-1][1] == "2", "version 2 never served")
             add_version(model_dir, "3", break_onnx=True)
-            while refused._value.get() < 1:
-                assert time.monotonic() < deadline + 60, "the broken version 3 was never tried"
-                await asyncio.sleep(0.05)
+            # the server's poll tries version 3 between replies; each reply checks the counter
+            await load.until(lambda: refused._value.get() >= 1, "the broken version 3 was never tried")
             await load.more()
         assert refused._value.get() == 1  # refused once, then left alone until it changes
         assert await versions_served(stub) == ("2", "2")

@@ -26,12 +26,13 @@ def served(metrics_port: int) -> float:
                and s.labels.get("code") == "OK")
 
 
-async def until_answered(ok: dict, phase: str, n: int, timeout_s: float = 60) -> None:
-    """Until the callers have n answers in `phase` (a poll; the deadline bounds a hang)."""
-    deadline = time.monotonic() + timeout_s
-    while ok[phase] < n:
-        assert time.monotonic() < deadline, f"{ok[phase]} calls answered in phase {phase!r}, not {n}"
-        await asyncio.sleep(0.01)
+async def until_answered(ok: dict, answered: asyncio.Condition, phase: str, n: int, timeout_s: float = 60) -> None:
+    """Until the callers have n answers in `phase` (each answer wakes it; the timeout bounds a hang)."""
+    try:
+        async with answered:
+            await asyncio.wait_for(answered.wait_for(lambda: ok[phase] >= n), timeout_s)
+    except asyncio.TimeoutError:
+        raise AssertionError(f"{ok[phase]} calls answered in phase {phase!r}, not {n}") from None
 
 
 async def test_two_replicas_share_the_load_and_one_leaves_without_a_failed_call(tiny_bundle, tmp_path, capsys):
@@ -43,7 +44,7 @@ async def test_two_replicas_share_the_load_and_one_leaves_without_a_failed_call(
             await asyncio.to_thread(wait_serving, f"127.0.0.1:{port}", 120, proc)
         target = "ipv4:" + ",".join(f"127.0.0.1:{port}" for port, _ in ports)
         ok, failed, phase = {"both": 0, "after": 0}, [], "both"
-        stop = asyncio.Event()
+        stop, answered = asyncio.Event(), asyncio.Condition()
         async with grpc.aio.insecure_channel(target, options=channel_options()) as channel:
             stub = pbg.TransducerStub(channel)
 
@@ -53,17 +54,19 @@ async def test_two_replicas_share_the_load_and_one_leaves_without_a_failed_call(
                         reply = await stub.Transduce(pb.TransduceRequest(inputs=WORDS), timeout=10)
                         assert len(reply.results) == len(WORDS)
                         ok[phase] += 1
+                        async with answered:
+                            answered.notify_all()
                     except grpc.aio.AioRpcError as e:
                         failed.append(f"{e.code().name}: {e.details()}")
 
             callers = [asyncio.create_task(caller()) for _ in range(CALLERS)]
-            await until_answered(ok, "both", 40)
+            await until_answered(ok, answered, "both", 40)
             shares = [await asyncio.to_thread(served, mport) for _, mport in ports]
             procs[0].send_signal(signal.SIGTERM)  # replica 0 leaves mid-load
             exit_code = await asyncio.to_thread(procs[0].wait, 60)
             phase = "after"
             b_before = await asyncio.to_thread(served, ports[1][1])
-            await until_answered(ok, "after", 10)
+            await until_answered(ok, answered, "after", 10)
             stop.set()
             await asyncio.gather(*callers)
         b_after = await asyncio.to_thread(served, ports[1][1])
