@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import random
 import re
 import sys
 import time
@@ -34,11 +33,10 @@ SERVE_ARGV = [str(BIN / "attnserve-server"), "--model-repository", "models", "--
 def words_of(model_dir: Path, count: int) -> list[str]:
     """`count` words from the model's own test split (read from its manifest's data), shuffled by
     random.Random(0), repeated when the split is shorter."""
-    from training.evaluate import load_refs
+    from bench.harness import test_words
+    from service.engine.bundle import load_bundle
 
-    manifest = json.loads((max(model_dir.glob("[0-9]*"), key=lambda p: int(p.name)) / "manifest.json").read_text())
-    words = ["".join(src) for src in load_refs(manifest["data"], "test")]
-    random.Random(0).shuffle(words)
+    words = test_words(load_bundle(max(model_dir.glob("[0-9]*"), key=lambda p: int(p.name))))
     return [words[i % len(words)] for i in range(count)]
 
 

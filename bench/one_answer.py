@@ -12,26 +12,22 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import random
 import sys
 
 import grpc
 
 from attnserve.v1 import attnserve_pb2 as pb, attnserve_pb2_grpc as pbg
-from bench.harness import BIN, Server
+from bench.harness import BIN, Server, test_words
 
 SCORE_TOLERANCE = 1e-4
 CONNECTIONS = 4  # several connections, so the server's worker processes each take some calls
 
 
-def shuffled_test_words(bundle_dir: str, n: int, seed: int = 7) -> list[str]:
-    """n of the bundle's test-split spellings in a shuffled order: mixed lengths in every call."""
+def shuffled_test_words(bundle_dir: str, n: int) -> list[str]:
+    """n of the bundle's test-split spellings in the benches' shuffled order: mixed lengths in every call."""
     from service.engine.bundle import load_bundle
-    from training.evaluate import load_splits
 
-    m = load_bundle(bundle_dir).manifest
-    test = sorted({"".join(p.src) for p in load_splits(m["data"])["test"]})
-    return random.Random(seed).sample(test, min(n, len(test)))
+    return list(dict.fromkeys(test_words(load_bundle(bundle_dir))))[:n]
 
 
 async def answers(address: str, words: list[str], beam_size: int, per_call: int) -> dict:
