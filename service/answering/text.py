@@ -88,8 +88,9 @@ def _scanner(rules: TextRules) -> re.Pattern:
     alternatives.append(rf"(?P<negative>(?<![\w.,])[-\u2212])?(?P<number>{num})")
     if rules.abbreviations:
         forms = sorted(rules.abbreviations, key=len, reverse=True)
-        alternatives.append("(?P<abbreviation>" + "|".join(
-            rf"(?<!\w){re.escape(f)}" + (r"(?!\w)" if f[-1].isalnum() else "") for f in forms) + ")")
+        # one lookbehind before the forms, not one per form: each form then fails on its first letter
+        alternatives.append(r"(?<!\w)(?P<abbreviation>" + "|".join(
+            re.escape(f) + (r"(?!\w)" if f[-1].isalnum() else "") for f in forms) + ")")
     alternatives += [rf"(?P<initial>{LETTER})\.(?!\w)",
                      rf"(?P<word>{LETTER}+(?:['\u2019]{LETTER}+)*)",
                      r"(?P<ellipsis>\.{2,}|\u2026)", r"(?P<other>\S)"]
