@@ -114,8 +114,7 @@ class Answerer:
         lexicon, cache = self.lexicon, self.cache
         out: list[list[Decoded]] = [[] for _ in sources]
         work = []  # (input index, forced target or None, origin)
-        for i, tokens in enumerate(sources):
-            cached = cache.get((tuple(tokens), options))
+        for i, (tokens, cached) in enumerate(zip(sources, cache.get_many([(tuple(t), options) for t in sources]))):
             if cached is not None:
                 out[i] = cached
                 continue

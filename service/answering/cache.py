@@ -20,16 +20,23 @@ class ResponseCache:
         self.metrics = metrics  # ModelMetrics: cache_lookups{result}, cache_evictions, cache_entries
         self._entries: OrderedDict[Key, list[Decoded]] = OrderedDict()
 
-    def get(self, key: Key) -> list[Decoded] | None:
+    def get_many(self, keys: list[Key]) -> list[list[Decoded] | None]:
+        """Each key's answer, or None; the lookups counted once per call, not once per word (a text's
+        words are many, and a labelled counter's increment is not free)."""
         if not self.max_entries:
-            return None
-        hit = self._entries.get(key)
-        if hit is None:
-            self.metrics.cache_lookups.labels("miss").inc()
-            return None
-        self._entries.move_to_end(key)
-        self.metrics.cache_lookups.labels("hit").inc()
-        return hit
+            return [None] * len(keys)
+        entries = self._entries
+        found = [entries.get(key) for key in keys]
+        hits = 0
+        for key, hit in zip(keys, found):
+            if hit is not None:
+                entries.move_to_end(key)
+                hits += 1
+        if hits:
+            self.metrics.cache_lookups.labels("hit").inc(hits)
+        if hits < len(keys):
+            self.metrics.cache_lookups.labels("miss").inc(len(keys) - hits)
+        return found
 
     def put(self, key: Key, value: list[Decoded]) -> None:
         if not self.max_entries:
