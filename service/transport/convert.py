@@ -148,37 +148,52 @@ def parse_text(req: pb.TransduceTextRequest, limits: ServerConfig) -> TextCall:
                     request_id=req.request_id, model_name=req.model_name, model_version=req.model_version)
 
 
-def _text_word(w: WordAnswer, text: str, return_attention: bool) -> pb.TextWord:
+# The text response is filled in place (add(), then its fields): a message given to a parent's
+# constructor is copied whole, and a text's response nests four deep (response, text, token, word).
+def _fill_text_word(word: pb.TextWord, w: WordAnswer, text: str, return_attention: bool) -> None:
     d = w.hyp
-    result = pb.Result(output_tokens=w.tokens, output_text=w.text, log_prob=d.score, finished=d.finished,
-                       score=d.score, origin=ORIGIN_OF[d.origin], token_log_probs=d.token_log_probs or [],
-                       unknown_positions=d.unknown_positions)
-    word = pb.TextWord(text=w.word.text, start=w.word.start, end=w.word.end, result=result,
-                       alternatives=w.alternatives, choice=w.choice)  # a copy of result: set attention on word.result
+    word.text, word.start, word.end, word.choice = w.word.text, w.word.start, w.word.end, w.choice
+    if w.alternatives:
+        word.alternatives.extend(w.alternatives)
+    result = word.result
+    result.output_tokens.extend(w.tokens)
+    result.output_text, result.log_prob, result.finished = w.text, d.score, d.finished
+    result.score, result.origin = d.score, ORIGIN_OF[d.origin]
+    if d.token_log_probs:
+        result.token_log_probs.extend(d.token_log_probs)
+    if d.unknown_positions:
+        result.unknown_positions.extend(d.unknown_positions)
     if return_attention and d.attn is not None:
         labels = w.tokens + ([EOS_LABEL] if d.finished else [])
         T, S = d.attn.shape
-        word.result.attention.CopyFrom(pb.Attention(rows=T, cols=S, weights=d.attn.ravel().tolist(),
+        result.attention.CopyFrom(pb.Attention(rows=T, cols=S, weights=d.attn.ravel().tolist(),
                                                source_labels=d.src_tokens, target_labels=labels))
         if w.char_attn is not None:
             word.char_attention.CopyFrom(pb.Attention(
                 rows=T, cols=w.char_attn.shape[1], weights=w.char_attn.ravel().tolist(),
                 source_labels=list(text[w.word.start:w.word.end]), target_labels=labels))
-    return word
 
 
-def to_text_result(answer: TextAnswer, return_attention: bool) -> pb.TextResult:
-    tokens = [pb.TextToken(text=t.token.text, kind=KIND_OF[t.token.kind], start=t.token.start, end=t.token.end,
-                           spoken=t.token.spoken if t.words else "", unread=t.token.unread,
-                           words=[_text_word(w, answer.text, return_attention) for w in t.words])
-              for t in answer.tokens]
-    return pb.TextResult(tokens=tokens, spoken=answer.spoken, pronunciation=answer.pronunciation,
-                         log_prob=answer.score, complete=not any(t.token.unread for t in answer.tokens))
+def _fill_text_result(out: pb.TextResult, answer: TextAnswer, return_attention: bool) -> None:
+    complete = True
+    for t in answer.tokens:
+        token = out.tokens.add()
+        token.text, token.kind, token.start, token.end = t.token.text, KIND_OF[t.token.kind], t.token.start, t.token.end
+        if t.words:
+            token.spoken = t.token.spoken
+            for w in t.words:
+                _fill_text_word(token.words.add(), w, answer.text, return_attention)
+        if t.token.unread:
+            token.unread.extend(t.token.unread)
+            complete = False
+    out.spoken, out.pronunciation, out.log_prob, out.complete = answer.spoken, answer.pronunciation, answer.score, complete
 
 
 def to_text_response(answers: list[TextAnswer], call: TextCall, name: str, version: str) -> pb.TransduceTextResponse:
-    return pb.TransduceTextResponse(results=[to_text_result(a, call.return_attention) for a in answers],
-                                    model_name=name, model_version=version, request_id=call.request_id)
+    response = pb.TransduceTextResponse(model_name=name, model_version=version, request_id=call.request_id)
+    for a in answers:
+        _fill_text_result(response.results.add(), a, call.return_attention)
+    return response
 
 
 @dataclass(frozen=True)
