@@ -6,7 +6,7 @@ codes (service/transport/servicer.py STATUS_OF), the layers below raise them.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -52,6 +52,14 @@ class DecodeOptions:
         if self.attention_mode != "topk" and self.top_k:
             raise ValueError(f"top_k is for attention_mode 'topk' only, got {self.top_k} "
                              f"with attention_mode {self.attention_mode!r}")
+
+    def __hash__(self) -> int:
+        """Hashed once: options are part of the response cache's key, hashed for every word of a call."""
+        h = self.__dict__.get("_hash")
+        if h is None:
+            h = hash(tuple(getattr(self, f.name) for f in fields(self)))
+            object.__setattr__(self, "_hash", h)
+        return h
 
     @property
     def attention_top_k(self) -> int:

@@ -30,6 +30,7 @@ from service.scheduling.batcher import Batcher
 
 
 UNREADABLE_ENTRIES = 50000  # words whose readability is remembered (emptied whole when full)
+OPTIONS_ENTRIES = 1000  # distinct decode options kept as one object each (emptied whole when full)
 
 
 class Answerer:
@@ -48,6 +49,7 @@ class Answerer:
         self.is_arpabet = is_arpabet(engine.tgt_vocab)
         self.text_rules = text_rules or TextRules()
         self._unreadable_seen: dict[str, list[int]] = {}  # running text repeats its words
+        self._options: dict[DecodeOptions, DecodeOptions] = {}
         self._reading = Reading(self, TextReader(self.text_rules, self._known, self._unreadable))
 
     async def transduce(self, texts: list[str], options: DecodeOptions = GREEDY,
@@ -108,10 +110,17 @@ class Answerer:
         """Single words already tokenized and checked (a text's): from the cache, the lexicon or the model."""
         return await self._answer(sources, options, deadline_s)
 
+    def same_options(self, options: DecodeOptions) -> DecodeOptions:
+        """One object for equal options: each call parses its own, and the cache's keys (a word and its
+        options) then compare by identity instead of field by field, once per word."""
+        if len(self._options) >= OPTIONS_ENTRIES:
+            self._options.clear()
+        return self._options.setdefault(options, options)
+
     async def _answer(self, sources: list[list[str]], options: DecodeOptions,
                       deadline_s: float | None) -> list[list[Decoded]]:
         """Each source from the cache, else the lexicon (forced), else the model."""
-        lexicon, cache = self.lexicon, self.cache
+        lexicon, cache, options = self.lexicon, self.cache, self.same_options(options)
         out: list[list[Decoded]] = [[] for _ in sources]
         work = []  # (input index, forced target or None, origin)
         for i, (tokens, cached) in enumerate(zip(sources, cache.get_many([(tuple(t), options) for t in sources]))):

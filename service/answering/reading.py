@@ -90,7 +90,7 @@ class Reading:
 
     async def read(self, texts: list[str], options: DecodeOptions, deadline_s: float | None,
                    alphabet: str = "", separator: str | None = None, attention: bool = True) -> list[TextAnswer]:
-        options = replace(options, n_best=1, beam_size=min(options.beam_size, 16))
+        options = self.answerer.same_options(replace(options, n_best=1, beam_size=min(options.beam_size, 16)))
         read = [self.reader.read(t) for t in texts]
         keys: dict[str, tuple[str, ...]] = {}  # each word as written -> as the model tokenizes it, once per call
         for tokens in read:

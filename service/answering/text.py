@@ -71,6 +71,10 @@ class Token:
     unread: tuple[int, ...] = ()  # positions in the text of characters that cannot be read (flagged)
 
 
+NUMBER_GROUPS = frozenset(("camount", "cur", "camount2", "cur2", "hours", "minutes", "meridiem", "decade", "ordinal",
+                           "negative", "number"))  # the scanner's groups a number's match may end in
+
+
 def _scanner(rules: TextRules) -> re.Pattern:
     dec, thou = re.escape(rules.decimal), "[" + re.escape(rules.thousands) + "]"
     num = rf"\d{{1,3}}(?:{thou}\d{{3}})+(?!\d)(?:{dec}\d+)?|\d+(?:{dec}\d+)?"
@@ -109,8 +113,10 @@ class TextReader:
     def read(self, text: str) -> list[Token]:
         matches = list(self.scanner.finditer(text))
         words = [m.group() for m in matches if m.lastgroup == "word"]
-        letters = [c for w in words for c in w if c.isalpha()]
-        shouting = len(words) >= 3 and sum(c.isupper() for c in letters) >= SHOUTING * len(letters)
+        shouting = False
+        if len(words) >= 3:
+            letters = "".join(words)
+            shouting = sum(map(str.isupper, letters)) >= SHOUTING * sum(map(str.isalpha, letters))
         tokens: list[Token] = []
         for i, m in enumerate(matches):
             before = matches[i - 1] if i else None
@@ -120,8 +126,7 @@ class TextReader:
 
     def _token(self, text: str, m: re.Match, before, after, shouting: bool) -> list[Token]:
         kind, start, end, written = m.lastgroup, m.start(), m.end(), m.group()
-        if kind in ("camount", "cur", "camount2", "cur2", "hours", "minutes", "meridiem", "decade", "ordinal",
-                    "negative", "number"):
+        if kind in NUMBER_GROUPS:
             return self._number(text, m)
         if kind == "abbreviation":
             return self._abbreviation(text, m, before, after)

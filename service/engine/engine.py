@@ -143,6 +143,8 @@ def served_precision(manifest: dict, requested: str) -> str:
 
 def _strip_accents_lower(text: str) -> str:
     """NFKD, combining marks dropped, lower case: café -> cafe, Ångström -> angstrom."""
+    if text.isascii():  # nothing to decompose (most words): the same string, sooner
+        return text.lower()
     return "".join(c for c in unicodedata.normalize("NFKD", text) if not unicodedata.combining(c)).lower()
 
 
