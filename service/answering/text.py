@@ -118,10 +118,13 @@ class TextReader:
             letters = "".join(words)
             shouting = sum(map(str.isupper, letters)) >= SHOUTING * sum(map(str.isalpha, letters))
         tokens: list[Token] = []
+        last = len(matches) - 1
         for i, m in enumerate(matches):
-            before = matches[i - 1] if i else None
-            after = matches[i + 1] if i + 1 < len(matches) else None
-            tokens += self._token(text, m, before, after, shouting)
+            if m.lastgroup == "word":  # most tokens: no neighbours needed
+                tokens.append(self._word(m.group(), m.start(), shouting))
+            else:
+                tokens += self._token(text, m, matches[i - 1] if i else None, matches[i + 1] if i < last else None,
+                                      shouting)
         return [self._checked(t) for t in tokens]
 
     def _token(self, text: str, m: re.Match, before, after, shouting: bool) -> list[Token]:
