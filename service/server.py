@@ -29,6 +29,7 @@ from service.transport.guard import GuardInterceptor
 from service.transport.http import HttpFront
 from service.transport.kserve import KServeServicer
 from service.metrics import Metrics
+from service.repository import heap
 from service.repository.repository import ModelRepository
 from service.transport.security import (AdminClosedInterceptor, BearerTokenInterceptor, SecurityError, load_auth_token,
                               server_credentials)
@@ -216,6 +217,7 @@ async def serve(cfg: Config, supervisor_fd: int | None = None) -> int:
         loop.add_signal_handler(sig, stop.set)
     try:
         await server.load()
+        heap.freeze_loaded()  # service/repository/heap.py: the collector off the models' objects
     except BundleError as e:
         log.error("refusing to serve: %s", e)
         await server.stop(0)

@@ -28,6 +28,7 @@ from service.domain import BundleError, LexiconError
 from service.engine.bundle import MANIFEST, Bundle, load_bundle, resolve
 from service.engine.engine import Engine
 from service.metrics import ModelMetrics
+from service.repository import heap
 from service.scheduling.batcher import make_batcher
 from service.tasks import cancel_and_wait
 
@@ -162,6 +163,7 @@ class ModelManager:
                 log.warning("version %s did not drain within %.1f s; failing what is left", current.version,
                             self.cfg.server.grace_period_s)
             await old.stop()
+            heap.released()
         return bundle
 
     def _read_text_rules(self, bundle: Bundle) -> TextRules:

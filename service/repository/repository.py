@@ -25,6 +25,7 @@ from service.config import Config
 from service.domain import BundleError, NotReady, UnknownModel
 from service.engine.bundle import MANIFEST, Bundle, is_version
 from service.metrics import Metrics
+from service.repository import heap
 from service.repository.models import ModelManager
 from service.tasks import cancel_and_wait
 
@@ -193,6 +194,7 @@ class ModelRepository:
             log.warning("model %s did not drain within %.1f s; failing what is left", name,
                         self.cfg.server.grace_period_s)
         await manager.stop()
+        heap.released()
         log.info("unloaded model %s", name)
 
     async def _changed(self) -> None:
