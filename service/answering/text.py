@@ -90,6 +90,10 @@ def _scanner(rules: TextRules) -> re.Pattern:
         suffixes = "|".join(re.escape(s) for s in rules.ordinals)
         alternatives.append(rf"(?P<ordinal>\d+)(?i:{suffixes})(?!\w)")
     alternatives.append(rf"(?P<negative>(?<![\w.,])[-\u2212])?(?P<number>{num})")
+    # Every number's reading starts with a digit, a currency sign, an apostrophe ('90s) or a minus: one
+    # look at the character first, so that at a letter (most positions) none of them is tried.
+    starts = re.escape("".join(sorted({sign[0] for sign in rules.currencies})) + "'\u2019-\u2212")
+    alternatives = [rf"(?=[\d{starts}])(?:" + "|".join(alternatives) + ")"]
     if rules.abbreviations:
         forms = sorted(rules.abbreviations, key=len, reverse=True)
         # one lookbehind before the forms, not one per form: each form then fails on its first letter
