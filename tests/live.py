@@ -141,6 +141,39 @@ def held(engine, timeout_s: float = 120):
         release.set()
         del engine.encode  # the class's own again
 
+class Calls:
+    """Counts the calls of the methods it wraps and wakes the waiters after each (on the event loop), so
+    that a test waits for the state those calls change instead of polling it on a timer. The wrapper stays
+    on the object (it only counts and wakes)."""
+
+    def __init__(self):
+        self.count = 0
+        self._changed = asyncio.Condition()
+        self._loop = asyncio.get_running_loop()
+
+    def of(self, obj, name: str) -> "Calls":
+        real = getattr(obj, name)
+
+        def counted(*args, **kwargs):
+            try:
+                return real(*args, **kwargs)
+            finally:
+                self.count += 1
+                self._loop.call_soon_threadsafe(self._loop.create_task, self._wake())
+
+        setattr(obj, name, counted)
+        return self
+
+    async def _wake(self) -> None:
+        async with self._changed:
+            self._changed.notify_all()
+
+    async def until(self, predicate, timeout_s: float = 60) -> None:
+        """Until predicate() holds, checked after each counted call; the deadline only bounds a hang."""
+        async with self._changed:
+            await asyncio.wait_for(self._changed.wait_for(predicate), timeout_s)
+
+
 async def start_loaded(cfg):
     """A real server on loopback (build, bind, load and warm): what every in-process test serves."""
     from service.server import build_server

@@ -6,7 +6,6 @@ overrides are checked end to end over gRPC on a real server, an overrides change
 """
 import asyncio
 import shutil
-import time
 
 import grpc
 import numpy as np
@@ -21,7 +20,7 @@ from service.engine.engine import Engine
 from service.engine.forced import force
 from service.answering.lexicon import read_tsv
 from service.domain import LexiconError
-from tests.live import serving
+from tests.live import Calls, serving
 from tests.test_server import config
 from training.data import load_tsv
 from training.export import load_checkpoint
@@ -163,13 +162,18 @@ async def test_overrides_win_are_refused_when_bad_and_change_under_load(server, 
         return server.metrics.registry.get_sample_value(
             "attnserve_overrides_loads_total", {"model": "tiny", "result": "refused"}) or 0
 
+    # The server polls the file itself; each read of it ends in a take or a refusal (counted here).
+    manager = server.repository.manager("")
+    reads = Calls().of(manager, "_overrides_taken").of(manager, "_overrides_refused")
+
     async def until(predicate, answered=True):
-        """A poll of the server (which polls the file) until predicate(its answer), or predicate() with
-        answered=False; the deadline only bounds a hang."""
-        deadline = time.monotonic() + 60
-        while not (predicate(await answer()) if answered else predicate()):
-            assert time.monotonic() < deadline, "the overrides change was not picked up"
-            await asyncio.sleep(0.05)
+        """Until predicate(the server's answer), or predicate() with answered=False, checked after each
+        read of the file (a write can be read half done: then the next read)."""
+        while True:
+            seen = reads.count
+            if predicate(await answer()) if answered else predicate():
+                return
+            await reads.until(lambda: reads.count > seen)
 
     callers = [asyncio.create_task(load()) for _ in range(4)]
     try:

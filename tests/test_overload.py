@@ -13,7 +13,7 @@ import pytest_asyncio
 
 from attnserve.v1 import attnserve_pb2 as pb, attnserve_pb2_grpc as pbg
 from service.config import AnswerConfig, BatcherConfig, Config, ServerConfig
-from tests.live import serving
+from tests.live import Calls, serving
 
 WORDS = ["internationalization", "characteristically", "photosynthesis", "counterproductive",
          "incomprehensible", "extraordinarily", "misunderstanding", "responsibilities"]
@@ -111,11 +111,9 @@ async def test_a_short_deadline_past_the_admission_limit_is_refused_at_once(serv
     async with grpc.aio.insecure_channel(f"127.0.0.1:{server.port}") as channel:
         stub = pbg.TransducerStub(channel)
         await stub.Transduce(request, timeout=30)  # the service rate is measured
+        queued = Calls().of(server.batcher, "_notify")  # the batcher's wake-up, once per call queued
         backlog = [asyncio.ensure_future(stub.Transduce(request, timeout=60)) for _ in range(4)]  # 32 sources
-        deadline = time.monotonic() + 60
-        while server.batcher.metrics.queue_depth._value.get() < 24:  # a poll; the deadline bounds a hang
-            assert time.monotonic() < deadline, "the backlog never queued"
-            await asyncio.sleep(0.01)
+        await queued.until(lambda: server.batcher.metrics.queue_depth._value.get() >= 24)
         expected_s = (24 + 1 - 2) / server.batcher.rate.sources_per_s()
         t0 = time.perf_counter()
         with pytest.raises(grpc.aio.AioRpcError) as refused:

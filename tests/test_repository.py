@@ -5,7 +5,6 @@ import asyncio
 import functools
 import multiprocessing
 import shutil
-import time
 from concurrent.futures import ProcessPoolExecutor
 
 import grpc
@@ -17,7 +16,7 @@ from attnserve.v1 import attnserve_pb2 as pb, attnserve_pb2_grpc as pbg
 from inference import grpc_service_pb2 as kpb, grpc_service_pb2_grpc as kpbg
 from service.config import AnswerConfig, BatcherConfig, Config, RepositoryConfig, ServerConfig
 from tests import triton_calls
-from tests.live import add_version, copy_bundle, copy_model, held, serving
+from tests.live import Calls, add_version, copy_bundle, copy_model, held, serving
 
 
 @pytest.fixture(scope="module")
@@ -38,14 +37,6 @@ async def server(repository):
         yield s
 
 
-async def until(predicate, timeout_s: float = 60) -> None:
-    """A poll of the in-process server's state; the deadline only bounds a hang."""
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        assert time.monotonic() < deadline, "the server never reached the state waited for"
-        await asyncio.sleep(0.01)
-
-
 class Callers:
     """Closed-loop callers of one model while a test does something else; counts answers and failures."""
 
@@ -59,11 +50,15 @@ class Callers:
                 reply = await self.stub.Transduce(pb.TransduceRequest(inputs=["attention", "knight"],
                                                                       model_name=self.model), timeout=10)
                 assert reply.model_name == self.model
-                self.done += 1
+                self._answered()
             except grpc.aio.AioRpcError as e:
                 self.failed.append(e.code().name)
 
+    def _answered(self) -> None:
+        self.done += 1
+
     async def __aenter__(self):
+        self.answers = Calls().of(self, "_answered")  # a test waits on these: load.answers.until(...)
         self._tasks = [asyncio.create_task(self._call()) for _ in range(self.n)]
         return self
 
@@ -115,11 +110,11 @@ async def test_one_model_reloads_while_the_other_is_under_load_without_a_failure
     async with grpc.aio.insecure_channel(f"127.0.0.1:{server.port}") as channel:
         stub = pbg.TransducerStub(channel)
         async with Callers(stub, "tiny") as load:
-            await until(lambda: load.done >= 8)  # the load is running
+            await load.answers.until(lambda: load.done >= 8)  # the load is running
             before = load.done
             add_version(repository / "other", "2")
             info = await stub.ReloadModel(pb.ReloadModelRequest(model_name="other"), timeout=60)
-            await until(lambda: load.done >= before + 8)  # and goes on
+            await load.answers.until(lambda: load.done >= before + 8)  # and goes on
     assert (info.name, info.version) == ("other", "2")
     assert load.failed == [] and load.done > before
 
@@ -146,12 +141,14 @@ async def test_stock_tritonclient_lists_loads_and_unloads_models_while_another_i
                 assert await triton("load", "late") is None
                 late = await stub.Transduce(pb.TransduceRequest(inputs=["hello"], model_name="late"), timeout=10)
                 late_batcher = server.repository.models["late"].answerer.batcher
+                queued = Calls().of(late_batcher, "_notify")  # the batcher's wake-up, once per call queued
+                changed = Calls().of(server.repository, "_changed")  # after each load and unload
                 with held(late_batcher.engine) as release:  # the calls below stay admitted until the unload
                     in_flight = [asyncio.ensure_future(stub.Transduce(
                         pb.TransduceRequest(inputs=["queued"] * 8, model_name="late"), timeout=60)) for _ in range(4)]
-                    await until(lambda: len(late_batcher._pending) == 32)  # all 32 sources queued or decoding
+                    await queued.until(lambda: len(late_batcher._pending) == 32)  # all 32 sources queued or decoding
                     unloading = asyncio.ensure_future(triton("unload", "late"))
-                    await until(lambda: "late" not in server.repository.models)  # new calls: NOT_FOUND
+                    await changed.until(lambda: "late" not in server.repository.models)  # new calls: NOT_FOUND
                     release.set()
                     assert await unloading is None
                 admitted = await asyncio.gather(*in_flight, return_exceptions=True)
@@ -193,10 +190,11 @@ async def test_a_model_is_never_queued_behind_another_models_backlog(server):
     async with grpc.aio.insecure_channel(f"127.0.0.1:{server.port}") as channel:
         stub = pbg.TransducerStub(channel)
         words = ["internationalization", "characteristically", "photosynthesis", "counterproductive"] * 4
+        queued = Calls().of(server.repository.models["tiny"].answerer.batcher, "_notify")
         with held(server.repository.models["tiny"].answerer.batcher.engine) as release:  # tiny's queue stays
             backlog = [asyncio.ensure_future(stub.Transduce(pb.TransduceRequest(inputs=words), timeout=60))
                        for _ in range(48)]  # 768 sources for a batch of 16
-            await until(lambda: tiny_queue._value.get() >= 200)
+            await queued.until(lambda: tiny_queue._value.get() >= 200)
             depth_before = tiny_queue._value.get()
             reply = await stub.Transduce(pb.TransduceRequest(inputs=["hello"], model_name="other"), timeout=10)
             depth_after = tiny_queue._value.get()
@@ -215,9 +213,10 @@ async def test_polling_serves_a_model_directory_copied_in(tiny_bundle, tmp_path)
                  repository=RepositoryConfig(model_poll_s=0.2))
     async with serving(cfg) as s, grpc.aio.insecure_channel(f"127.0.0.1:{s.port}") as channel:
         stub = pbg.TransducerStub(channel)
+        changed = Calls().of(s.repository, "_changed")  # the repository's poll loads what it finds: a change
         copy_bundle(tiny_bundle / "1", root / ".arriving" / "1", name="arrived")
         (root / ".arriving").rename(root / "arrived")
-        await until(lambda: s.repository.is_ready("arrived"))
+        await changed.until(lambda: s.repository.is_ready("arrived"))
         reply = await stub.Transduce(pb.TransduceRequest(inputs=["hello"], model_name="arrived"), timeout=10)
         status = {m.name: m.state for m in (await stub.ListModels(pb.ListModelsRequest(), timeout=10)).models}
     assert reply.model_name == "arrived" and status == {"tiny": "READY", "arrived": "READY"}
