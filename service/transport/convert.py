@@ -72,25 +72,38 @@ def check_version(requested: str, name: str, served: str) -> None:
         raise UnknownModel(f"model_version {requested!r} of {name!r} is not served here (serving version {served!r})")
 
 
-def to_result(hyps: list[Decoded], joiner: str, return_attention: bool) -> pb.Result:
+# Responses are filled in place (add(), then the fields): a message handed to its parent's constructor
+# is copied whole, at every level it nests.
+def _fill_result(out: pb.Result, hyps: list[Decoded], joiner: str, return_attention: bool) -> None:
     """The best hypothesis, with the others (beam search n_best) as its alternatives."""
     d = hyps[0]
-    result = pb.Result(output_tokens=d.output_tokens, output_text=joiner.join(d.output_tokens),
-                       log_prob=d.score, finished=d.finished,
-                       score=d.score if d.rank_score is None else d.rank_score, origin=ORIGIN_OF[d.origin],
-                       token_log_probs=d.token_log_probs or [], unknown_positions=d.unknown_positions,
-                       alternatives=[to_result([h], joiner, return_attention) for h in hyps[1:]])
+    out.output_tokens.extend(d.output_tokens)
+    out.output_text, out.log_prob, out.finished = joiner.join(d.output_tokens), d.score, d.finished
+    out.score, out.origin = d.score if d.rank_score is None else d.rank_score, ORIGIN_OF[d.origin]
+    if d.token_log_probs:
+        out.token_log_probs.extend(d.token_log_probs)
+    if d.unknown_positions:
+        out.unknown_positions.extend(d.unknown_positions)
+    for h in hyps[1:]:
+        _fill_result(out.alternatives.add(), [h], joiner, return_attention)
     if return_attention and d.attn is not None:  # a model without attention has none to return
         T, S = d.attn.shape
-        result.attention.CopyFrom(pb.Attention(
+        out.attention.CopyFrom(pb.Attention(
             rows=T, cols=S, weights=d.attn.ravel().tolist(), source_labels=d.src_tokens,
             target_labels=d.output_tokens + ([EOS_LABEL] if d.finished else [])))
-    return result
+
+
+def to_result(hyps: list[Decoded], joiner: str, return_attention: bool) -> pb.Result:
+    out = pb.Result()
+    _fill_result(out, hyps, joiner, return_attention)
+    return out
 
 
 def to_response(results: list[list[Decoded]], call: TransduceCall, joiner: str, name: str, version: str):
-    return pb.TransduceResponse(results=[to_result(hyps, joiner, call.return_attention) for hyps in results],
-                                model_name=name, model_version=version, request_id=call.request_id)
+    response = pb.TransduceResponse(model_name=name, model_version=version, request_id=call.request_id)
+    for hyps in results:
+        _fill_result(response.results.add(), hyps, joiner, call.return_attention)
+    return response
 
 
 @dataclass(frozen=True)
@@ -148,8 +161,6 @@ def parse_text(req: pb.TransduceTextRequest, limits: ServerConfig) -> TextCall:
                     request_id=req.request_id, model_name=req.model_name, model_version=req.model_version)
 
 
-# The text response is filled in place (add(), then its fields): a message given to a parent's
-# constructor is copied whole, and a text's response nests four deep (response, text, token, word).
 def _fill_text_word(word: pb.TextWord, w: WordAnswer, text: str, return_attention: bool) -> None:
     d = w.hyp
     word.text, word.start, word.end, word.choice = w.word.text, w.word.start, w.word.end, w.choice
@@ -225,12 +236,13 @@ def parse_score(req: pb.ScoreRequest, limits: ServerConfig) -> ScoreCall:
 
 
 def to_score_response(scored: list[Decoded], call: ScoreCall, joiner: str, name: str, version: str):
-    results, start = [], 0
+    response, start = pb.ScoreResponse(model_name=name, model_version=version), 0
     for n in call.counts:
-        results.append(pb.ScoredItem(candidates=[to_result([d], joiner, call.return_attention)
-                                                 for d in scored[start:start + n]]))
+        item = response.results.add()
+        for d in scored[start:start + n]:
+            _fill_result(item.candidates.add(), [d], joiner, call.return_attention)
         start += n
-    return pb.ScoreResponse(results=results, model_name=name, model_version=version)
+    return response
 
 
 def request_id_of(raw: bytes) -> str:
