@@ -6,7 +6,7 @@ running text here: espeak-ng through phonemizer, and gruut.
 The workload is bench/corpus/english.txt (its README names the sources), one sentence per call,
 words counted as the sentence's whitespace-separated words for all three. The server: the shipped
 model with its lexicon and response cache on (the defaults), in its own process; the load: the C++
-load generator (bench/cpp/loadgen.cc) with 16 calls outstanding on 4 connections, so that the
+load generator (bench/cpp/loadgen.cc) with 16 calls outstanding on 8 connections, so that the
 client's CPU stays small beside the server's on a small machine. The peers run in this process, one sentence at a
 time over the same corpus (espeak-ng as phonemizer calls it: a list of sentences in one call, the
 way it is fastest). Also: the unloaded p50 of one 15-word sentence (calls one at a time), and a
@@ -32,10 +32,12 @@ from bench.harness import BIN, Server, server_cpu_seconds
 CORPUS = Path(__file__).resolve().parent / "corpus" / "english.txt"
 RESULTS = Path(__file__).resolve().parent / "results"
 CONCURRENCY = 16
-# The load generator's 4 connections (each worker takes whole connections: SO_REUSEPORT). More connections
-# spread the calls more evenly over the workers but cost more per call (each connection's reads and writes
-# carry fewer calls): with 16 the server used more of its cores and answered fewer calls.
-CHANNELS = 4
+# The load generator's connections. The kernel gives each worker whole connections (SO_REUSEPORT), at
+# random: with 4 connections one worker took all four in about one run in eight (seen: one worker idle),
+# with 8 in one in 128. Each outstanding call keeps its connection, so a worker with fewer connections
+# still gets calls as fast as it answers them. More connections than this cost more per call (each
+# connection's reads and writes carry fewer calls).
+CHANNELS = 8
 WARM_CHANNELS = 32
 METHOD = "/attnserve.v1.Transducer/TransduceText"
 # Targets: a text front end that keeps up with the peers TTS users run today.

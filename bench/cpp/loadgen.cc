@@ -5,7 +5,8 @@
 //
 // It sends pre-serialized request messages (any method: it uses the generic stub, so it needs
 // no generated code) open loop, at a fixed rate whatever the replies (--rate), closed loop, with
-// a fixed number of calls outstanding (--concurrency), or all at once (--burst). Every call carries the
+// a fixed number of calls outstanding (--concurrency; each keeps its connection), or all at once
+// (--burst), over --channels connections. Every call carries the
 // deadline --deadline-ms. At the end it prints one JSON object: calls by status code, goodput
 // (OK answers per second; an answer after the deadline is DEADLINE_EXCEEDED, not OK), latency
 // percentiles by status code, and its own CPU seconds.
@@ -60,6 +61,7 @@ struct Call {
   grpc::Status status;
   std::unique_ptr<grpc::GenericClientAsyncResponseReader> rpc;
   Clock::time_point sent;
+  size_t channel;
 };
 
 struct Result {
@@ -100,7 +102,7 @@ class Generator {
     if (o_.burst > 0) {
       for (long i = 0; i < o_.burst; ++i) Send();  // all at once, then only wait for the replies
     } else if (o_.concurrency > 0) {
-      for (int i = 0; i < o_.concurrency; ++i) Send();
+      for (int i = 0; i < o_.concurrency; ++i) Send(i % stubs_.size());
     } else {
       OpenLoop();
     }
@@ -156,7 +158,11 @@ class Generator {
     }
   }
 
-  void Send() {
+  // channel: the connection to send on; by default the calls take the connections in turn. Closed loop,
+  // each outstanding call keeps its connection for the next (as ghz spreads its workers over its
+  // connections): taken in turn, every connection carries the same share of the calls, and where a
+  // server's processes took unequal numbers of connections (SO_REUSEPORT), the busiest one paces all.
+  void Send(long channel = -1) {
     long i = sent_.fetch_add(1);
     outstanding_.fetch_add(1);
     auto* call = new Call;
@@ -167,7 +173,8 @@ class Generator {
     const std::string& raw = requests_[i % requests_.size()];
     grpc::Slice slice(raw.data(), raw.size());
     grpc::ByteBuffer request(&slice, 1);
-    call->rpc = stubs_[i % stubs_.size()]->PrepareUnaryCall(&call->ctx, o_.method, request, &cq_);
+    call->channel = channel >= 0 ? static_cast<size_t>(channel) : i % stubs_.size();
+    call->rpc = stubs_[call->channel]->PrepareUnaryCall(&call->ctx, o_.method, request, &cq_);
     call->rpc->StartCall();
     call->rpc->Finish(&call->reply, &call->status, call);
   }
@@ -179,9 +186,10 @@ class Generator {
       auto* call = static_cast<Call*>(tag);
       float ms = std::chrono::duration<float, std::milli>(Clock::now() - call->sent).count();
       results_.push_back({static_cast<int>(call->status.error_code()), ms});
+      long channel = static_cast<long>(call->channel);
       delete call;
       bool more = o_.concurrency > 0 && Clock::now() < end_;
-      if (more) Send();  // closed loop: a reply makes room for the next call
+      if (more) Send(channel);  // closed loop: a reply makes room for the next call, on its connection
       if (outstanding_.fetch_sub(1) == 1 && sending_done_ && !more) ShutdownOnce();
     }
   }
