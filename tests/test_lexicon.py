@@ -18,7 +18,7 @@ from service.engine.bundle import load_bundle, write_manifest
 from service.config import EngineConfig
 from service.engine.engine import Engine
 from service.engine.forced import force
-from service.answering.lexicon import read_tsv
+from service.answering.lexicon import Packed, read_entries, read_tsv
 from service.domain import LexiconError
 from tests.live import Calls, serving
 from tests.test_server import config
@@ -88,12 +88,24 @@ def test_bad_lexicon_lines_name_file_and_line(tmp_path, tiny_bundle):
         path = tmp_path / f"o{i}.tsv"
         path.write_text(text)
         with pytest.raises(LexiconError, match=message) as e:
-            read_tsv(path, *args, unique=True)
+            read_tsv(path, *args)
         assert f"o{i}.tsv:" in str(e.value)
     path = tmp_path / "lex.tsv"
     path.write_text("# comment\n\nknight\tN AY T\nknight\tK N AY T\n")
-    assert read_tsv(path, *args, unique=False) == {tuple("knight"): [engine.target_ids("N AY T".split()),
-                                                                       engine.target_ids("K N AY T".split())]}
+    lexicon = read_entries(path, *args)
+    assert len(lexicon) == 1 and lexicon.get(list("knight")) == [engine.target_ids("N AY T".split()),
+                                                                 engine.target_ids("K N AY T".split())]
+    assert lexicon.get(list("knigh")) is None and lexicon.get(list("knights")) is None
+    path.write_text("knight\tN AY T\nknight\tK N AY T\nknight\tN AY T\n")
+    with pytest.raises(LexiconError, match="3: 'knight' is listed twice with the same target"):
+        read_entries(path, *args)
+
+
+def test_a_packed_lexicon_keeps_ids_past_one_byte_and_tells_sources_apart():
+    lexicon = Packed()
+    assert lexicon.add(["a", "b"], [300, 4]) and lexicon.add(["ab"], [5]) and lexicon.add(["a", "b"], [6])
+    assert not lexicon.add(["a", "b"], [300, 4])
+    assert lexicon.get(("a", "b")) == [[300, 4], [6]] and lexicon.get(["ab"]) == [[5]] and len(lexicon) == 2
 
 
 @pytest_asyncio.fixture(loop_scope="session", scope="module")

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from service.answering.answerer import Answerer
-from service.answering.lexicon import Lexicon, read_tsv
+from service.answering.lexicon import Lexicon, read_entries, read_tsv
 from service.answering.textrules import TextRules, bundle_language, read_rules
 from service.config import Config, EngineConfig
 from service.domain import BundleError, LexiconError
@@ -51,8 +51,8 @@ def read_lexicon(bundle: Bundle, engine: Engine) -> Lexicon:
     if not spec:
         return Lexicon()
     try:
-        return Lexicon(read_tsv(bundle.path / spec["file"], engine.tokenize, engine.tokenize_target,
-                                engine.target_ids, unique=False))
+        return Lexicon(read_entries(bundle.path / spec["file"], engine.tokenize, engine.tokenize_target,
+                                    engine.target_ids))
     except LexiconError as e:
         raise BundleError(bundle.path, f"its lexicon is refused: {e}") from None
 
@@ -61,7 +61,7 @@ def read_overrides(path: Path, engine: Engine) -> dict:
     """A model's overrides file; {} when there is none; LexiconError naming file:line when bad."""
     if not path.is_file():
         return {}
-    return read_tsv(path, engine.tokenize, engine.tokenize_target, engine.target_ids, unique=True)
+    return read_tsv(path, engine.tokenize, engine.tokenize_target, engine.target_ids)
 
 
 def _mtime(path: Path) -> float | None:
