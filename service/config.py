@@ -193,8 +193,9 @@ class EngineConfig:
     intra_op_threads: int = 1
     max_output_len: int = 40  # hard cap on decoder steps per sequence
     # fp32 | int8 (the bundle's per-row int8 graphs, `make quantize`) | auto: int8 when the bundle
-    # has it, its dev WER is within INT8_WER_TOLERANCE of fp32's and make quantize found its answers
-    # independent of the batch, else fp32 (service/engine/engine.py served_precision)
+    # has it, its dev WER is within INT8_WER_TOLERANCE of fp32's, make quantize found its answers
+    # independent of the batch and it no slower than fp32 (a lone word and a full batch), else fp32
+    # (service/engine/engine.py served_precision)
     precision: str = "auto"
     # How decode() (request-level batching) runs greedy steps: "onnx" in one call to an ONNX Loop
     # around the decoder-step graph (service/engine/loop_graph.py), "python" one call per step.

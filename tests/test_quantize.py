@@ -97,12 +97,17 @@ def test_auto_serves_int8_only_where_it_costs_at_most_a_tenth_of_a_point_on_dev(
 
     m = load_bundle(quantized).manifest
     fp32, int8 = m["metrics"]["dev"]["wer"], m["int8"]["metrics"]["dev"]["wer"]
-    assert Engine(load_bundle(quantized), EngineConfig()).precision == ("int8" if int8 - fp32 <= INT8_WER_TOLERANCE
-                                                                         else "fp32")
+    speed = m["int8"]["speed"]  # timed by make quantize: a lone word and a batch, each precision
+    assert speed["words"] > 0 and speed["lone_fp32_ms"] > 0 and speed["batch_int8_ms"] > 0
+    assert speed["int8_over_fp32"] == pytest.approx((speed["lone_int8_ms"] / speed["lone_fp32_ms"] * speed[
+        "batch_int8_ms"] / speed["batch_fp32_ms"]) ** 0.5, rel=1e-2)
+    assert Engine(load_bundle(quantized), EngineConfig()).precision == (
+        "int8" if int8 - fp32 <= INT8_WER_TOLERANCE and speed["int8_over_fp32"] <= 1 else "fp32")
     assert Engine(load_bundle(tiny_bundle), EngineConfig()).precision == "fp32"  # no int8 graphs
     costly = {**m["int8"], "metrics": {**m["int8"]["metrics"], "dev": {**m["int8"]["metrics"]["dev"],
                                                                         "wer": fp32 + 0.002}}}
-    free = {**m["int8"], "metrics": {**m["int8"]["metrics"], "dev": {**m["int8"]["metrics"]["dev"], "wer": fp32}}}
+    free = {**m["int8"], "metrics": {**m["int8"]["metrics"], "dev": {**m["int8"]["metrics"]["dev"], "wer": fp32}},
+            "speed": {**speed, "int8_over_fp32": 1.0}}
     assert served_precision({**m, "int8": costly}, "auto") == "fp32"
     assert served_precision({**m, "int8": free}, "auto") == "int8"
     assert served_precision({**m, "int8": costly}, "int8") == "int8"  # --precision decides when given
@@ -110,6 +115,10 @@ def test_auto_serves_int8_only_where_it_costs_at_most_a_tenth_of_a_point_on_dev(
     assert served_precision({**m, "int8": dependent}, "auto") == "fp32"
     unchecked = {k: v for k, v in free.items() if k != "batch_independence"}  # quantized before the check
     assert served_precision({**m, "int8": unchecked}, "auto") == "fp32"
+    slower = {**free, "speed": {**speed, "int8_over_fp32": 1.2}}  # small models: per-row int8 costs time
+    assert served_precision({**m, "int8": slower}, "auto") == "fp32"
+    assert served_precision({**m, "int8": {**free, "speed": {**speed, "int8_over_fp32": 0.8}}}, "auto") == "int8"
+    assert served_precision({**m, "int8": slower}, "int8") == "int8"
     path = copy_bundle(quantized, tmp_path / "free" / "1", int8=free)
     assert Engine(load_bundle(path), EngineConfig()).precision == "int8"
     assert Engine(load_bundle(path), EngineConfig(precision="fp32")).precision == "fp32"

@@ -44,8 +44,10 @@ def test_a_language_is_trained_exported_scored_and_tabled_and_resumes_without_tr
     assert scores["members"] == 2 and len(manifest["model_config"]["ensemble"]) == 2
     if scores["precision"] == "int8":
         assert manifest["int8"]["metrics"]["dev"]["wer"] <= manifest["metrics"]["dev"]["wer"]
+    elif "encoder.int8" in manifest["graphs"]:  # kept, free on dev, but timed slower than fp32
+        assert manifest["int8"]["speed"]["int8_over_fp32"] > 1
     else:
-        assert "encoder.int8" not in manifest["graphs"] and "dev WER" in manifest["int8_dropped"]["why"]
+        assert "dev WER" in manifest["int8_dropped"]["why"]
     capsys.readouterr()
     evaluate.main(["--bundle", str(bundle), "--gold", str(task / "data" / "low" / "tiny_test.tsv"),
                    "--precision", scores["precision"], "--beam-size", "5"])

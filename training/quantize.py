@@ -8,14 +8,17 @@ any batch. `--method dynamic` is onnxruntime's dynamic quantization (one activat
 whole batch), kept for comparison: faster, but a word's answer moves with its neighbours.
 The int8 graphs are evaluated on the same dev/test words as fp32 (WER/PER into the manifest), and
 checked for batch independence: dev words decoded alone and 64 to a call, in a shuffled order,
-greedy and beam, outputs compared and scores held to SCORE_TOLERANCE. `--precision auto` serves
-int8 only where both checks pass (service/engine/engine.py).
+greedy and beam, outputs compared and scores held to SCORE_TOLERANCE. Then both precisions are timed
+(`speed`), a lone word and a batch of 64: per-row int8 adds nodes to every step, so on small models
+it is slower than fp32 for a lone word. `--precision auto` serves int8 only where the checks pass and
+it is not the slower over the two (service/engine/engine.py). `--speed` times an int8 bundle again.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import random
+import time
 from pathlib import Path
 
 import onnx
@@ -71,6 +74,38 @@ def batch_independence(engine: Engine, sources: list, batch: int = 64, beam_size
     return out
 
 
+def int8_speed(path: Path, sources: list, batch: int = 64, rounds: int = 5) -> dict:
+    """ms a word in each precision, one thread, the best of interleaved rounds (so that a busy machine
+    weighs on both alike), at the two loads a server sees: a lone word (greedy, one word a call) and
+    full batches of `batch` words. int8_over_fp32: the geometric mean of the two ratios."""
+    bundle = load_bundle(path)
+    engines = {p: Engine(bundle, EngineConfig(intra_op_threads=1, precision=p)) for p in ("fp32", "int8")}
+    words = [list(s) for s in sources]
+    full = [words[i % len(words)] for i in range(batch)]
+    best = {(p, load): float("inf") for p in engines for load in ("lone", "batch")}
+    for _ in range(rounds):
+        for p, engine in engines.items():
+            started = time.perf_counter()
+            for w in words:
+                engine.decode([w])
+            best[p, "lone"] = min(best[p, "lone"], (time.perf_counter() - started) / len(words) * 1000)
+            started = time.perf_counter()
+            engine.decode(full)
+            best[p, "batch"] = min(best[p, "batch"], (time.perf_counter() - started) / batch * 1000)
+    ratio = (best["int8", "lone"] / best["fp32", "lone"] * best["int8", "batch"] / best["fp32", "batch"]) ** 0.5
+    return {"words": len(words), "batch": batch, "rounds": rounds, "threads": 1,
+            **{f"{load}_{p}_ms": round(best[p, load], 4) for p, load in best}, "int8_over_fp32": round(ratio, 3)}
+
+
+def record_speed(path: Path, check_words: int = 100) -> dict:
+    """Time a quantized bundle in both precisions into its manifest's int8.speed."""
+    manifest = dict(load_bundle(path).manifest)
+    dev_sources = sorted(references(load_splits(manifest["data"])["dev"]))[:check_words]
+    manifest["int8"] = {**manifest["int8"], "speed": int8_speed(path, dev_sources)}
+    write_manifest(path, {k: v for k, v in manifest.items() if k != "files"})
+    return manifest
+
+
 def quantize_bundle(path: Path, method: str = "rowwise", check_words: int = 300) -> dict:
     bundle = load_bundle(path)
     manifest = dict(bundle.manifest)
@@ -89,7 +124,8 @@ def quantize_bundle(path: Path, method: str = "rowwise", check_words: int = 300)
     metrics = {split: evaluate_engine(engine, references(splits[split])) for split in ("dev", "test")}
     dev_sources = sorted(references(splits["dev"]))[:check_words]
     manifest["int8"] = {"metrics": metrics, "quantized_ops": ops, "method": METHODS[method],
-                        "batch_independence": batch_independence(engine, dev_sources)}
+                        "batch_independence": batch_independence(engine, dev_sources),
+                        "speed": int8_speed(bundle.path, dev_sources[:100])}
     write_manifest(bundle.path, manifest)
     return manifest
 
@@ -98,8 +134,9 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--bundle", type=Path, required=True, help="models/<name>/<version>")
     p.add_argument("--method", choices=sorted(METHODS), default="rowwise")
+    p.add_argument("--speed", action="store_true", help="only time a quantized bundle in both precisions again")
     args = p.parse_args(argv)
-    manifest = quantize_bundle(args.bundle, args.method)
+    manifest = record_speed(args.bundle) if args.speed else quantize_bundle(args.bundle, args.method)
     print(json.dumps({"fp32": manifest.get("metrics"), "int8": manifest["int8"]}, indent=2))
 
 

@@ -170,6 +170,24 @@ def requantize(lang: str) -> dict:
     return manifest
 
 
+def rescore(lang: str) -> dict:
+    """A built model's task scores taken again in the precision `--precision auto` now serves it in
+    (after `python -m training.quantize --speed` timed it, say); no training, no quantization."""
+    from service.engine.bundle import load_bundle, write_manifest
+    from service.engine.engine import served_precision
+
+    target = MODELS / LANGS[lang][1] / "1"
+    manifest = {k: v for k, v in load_bundle(target).manifest.items() if k != "files"}
+    precision = served_precision(manifest, "auto")
+    if manifest["task_scores"].get("precision") != precision:
+        manifest["task_scores"] = {**manifest["task_scores"], "precision": precision,
+                                   **task_scores(target, lang, precision)}
+        write_manifest(target, manifest)
+    print(json.dumps({"lang": lang, "precision": precision, **{k: manifest["task_scores"][k] for k in ("dev", "test")}}),
+          flush=True)
+    return manifest
+
+
 def build(lang: str) -> Path:
     """Train what is missing, export, quantize and score; models/<name>/1 when done."""
     from service.engine.bundle import load_bundle, write_manifest
@@ -219,12 +237,15 @@ def main(argv=None):
     p.add_argument("--table", action="store_true", help="only write docs/sigmorphon.md from the models' manifests")
     p.add_argument("--requantize", action="store_true",
                    help="make the built models' int8 graphs again and score them again; no training")
+    p.add_argument("--rescore", action="store_true",
+                   help="score the built models again where the precision served has changed; no training")
     args = p.parse_args(argv)
     from training.sigmorphon_table import write_table
 
-    if args.requantize:
-        for lang in args.langs or sorted(lang for lang in LANGS if (MODELS / LANGS[lang][1] / "1").exists()):
-            requantize(lang)
+    built = sorted(lang for lang in LANGS if (MODELS / LANGS[lang][1] / "1").exists())
+    if args.requantize or args.rescore:
+        for lang in args.langs or built:
+            (requantize if args.requantize else rescore)(lang)
     elif not args.table:
         langs = args.langs or sorted(LANGS, key=lambda lang: TRAIN_ORDER.index(LANGS[lang][0]))
         for lang in langs:

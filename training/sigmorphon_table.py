@@ -13,7 +13,7 @@ Written by `python -m training.sigmorphon` (`make sigmorphon`) from the `task_sc
 `models/<name>/1/manifest.json`. Each model learned from its language's train file only, with early
 stopping and every choice on the dev file (medium and low: no outside resource). WER is the task
 scorer's: the percentage of words whose predicted segment sequence differs from the gold one, through
-the ONNX engine in the precision served (int8 only where it costs nothing on dev), the lexicon never
+the ONNX engine in the precision served (int8 only where it costs nothing on dev and is no slower: `int8.speed`), the lexicon never
 consulted; the same as `attnserve-eval --bundle models/<name>/1 --gold data/sigmorphon-2021/<subtask>/<lang>_test.tsv
 [--beam-size 5]`, and through a server: `scripts/sigmorphon_served.py --server ADDR` scores every model
 on its test file through a running `make serve` and sets each figure beside this table's. Baseline:

@@ -140,9 +140,12 @@ INT8_WER_TOLERANCE = 0.001  # 0.1 points of dev WER: int8 costs nothing within i
 
 def served_precision(manifest: dict, requested: str) -> str:
     """The precision a bundle is served in: the one asked for, or for "auto" int8 when `make quantize`
-    measured both that its dev WER is within INT8_WER_TOLERANCE of fp32's (a choice made on dev, so
-    that test figures stay untouched by it) and that its answers do not depend on the batch (a word
-    alone and among others: same output, same score), else fp32."""
+    measured that its dev WER is within INT8_WER_TOLERANCE of fp32's (a choice made on dev, so
+    that test figures stay untouched by it), that its answers do not depend on the batch (a word
+    alone and among others: same output, same score), and, where it timed them, that int8 is no slower
+    than fp32 over a lone word and a full batch (the geometric mean of the two ratios: per-row int8
+    adds nodes to every step, and on small models a lone word is slower in int8), else fp32. Read from
+    the manifest, so every process serves one precision."""
     if requested != "auto":
         return requested
     int8 = manifest.get("int8", {})
@@ -150,7 +153,9 @@ def served_precision(manifest: dict, requested: str) -> str:
     int8_wer = int8.get("metrics", {}).get("dev", {}).get("wer")
     has_int8 = "encoder.int8" in manifest.get("graphs", {})
     free = fp32_wer is not None and int8_wer is not None and int8_wer - fp32_wer <= INT8_WER_TOLERANCE
-    return "int8" if has_int8 and free and int8.get("batch_independence", {}).get("independent") is True else "fp32"
+    slower = int8.get("speed", {}).get("int8_over_fp32", 0.0) > 1.0
+    independent = int8.get("batch_independence", {}).get("independent") is True
+    return "int8" if has_int8 and free and independent and not slower else "fp32"
 
 
 def _strip_accents_lower(text: str) -> str:
