@@ -74,23 +74,29 @@ def check_version(requested: str, name: str, served: str) -> None:
 
 # Responses are filled in place (add(), then the fields): a message handed to its parent's constructor
 # is copied whole, at every level it nests.
-def _fill_result(out: pb.Result, hyps: list[Decoded], joiner: str, return_attention: bool) -> None:
-    """The best hypothesis, with the others (beam search n_best) as its alternatives."""
-    d = hyps[0]
-    out.output_tokens.extend(d.output_tokens)
-    out.output_text, out.log_prob, out.finished = joiner.join(d.output_tokens), d.score, d.finished
-    out.score, out.origin = d.score if d.rank_score is None else d.rank_score, ORIGIN_OF[d.origin]
+def _fill_hyp(out: pb.Result, d: Decoded, tokens: list[str], text: str, score: float, return_attention: bool) -> None:
+    """One hypothesis, its output given as `tokens` and `text` (the model's own symbols, or a word's
+    in the alphabet its text call asked for)."""
+    out.output_tokens.extend(tokens)
+    out.output_text, out.log_prob, out.finished = text, d.score, d.finished
+    out.score, out.origin = score, ORIGIN_OF[d.origin]
     if d.token_log_probs:
         out.token_log_probs.extend(d.token_log_probs)
     if d.unknown_positions:
         out.unknown_positions.extend(d.unknown_positions)
-    for h in hyps[1:]:
-        _fill_result(out.alternatives.add(), [h], joiner, return_attention)
     if return_attention and d.attn is not None:  # a model without attention has none to return
         T, S = d.attn.shape
-        out.attention.CopyFrom(pb.Attention(
-            rows=T, cols=S, weights=d.attn.ravel().tolist(), source_labels=d.src_tokens,
-            target_labels=d.output_tokens + ([EOS_LABEL] if d.finished else [])))
+        out.attention.CopyFrom(pb.Attention(rows=T, cols=S, weights=d.attn.ravel().tolist(), source_labels=d.src_tokens,
+                                            target_labels=tokens + ([EOS_LABEL] if d.finished else [])))
+
+
+def _fill_result(out: pb.Result, hyps: list[Decoded], joiner: str, return_attention: bool) -> None:
+    """The best hypothesis, with the others (beam search n_best) as its alternatives."""
+    d = hyps[0]
+    _fill_hyp(out, d, d.output_tokens, joiner.join(d.output_tokens), d.score if d.rank_score is None else d.rank_score,
+              return_attention)
+    for h in hyps[1:]:
+        _fill_result(out.alternatives.add(), [h], joiner, return_attention)
 
 
 def to_result(hyps: list[Decoded], joiner: str, return_attention: bool) -> pb.Result:
@@ -162,27 +168,16 @@ def parse_text(req: pb.TransduceTextRequest, limits: ServerConfig) -> TextCall:
 
 
 def _fill_text_word(word: pb.TextWord, w: WordAnswer, text: str, return_attention: bool) -> None:
-    d = w.hyp
     word.text, word.start, word.end, word.choice = w.word.text, w.word.start, w.word.end, w.choice
     if w.alternatives:
         word.alternatives.extend(w.alternatives)
-    result = word.result
-    result.output_tokens.extend(w.tokens)
-    result.output_text, result.log_prob, result.finished = w.text, d.score, d.finished
-    result.score, result.origin = d.score, ORIGIN_OF[d.origin]
-    if d.token_log_probs:
-        result.token_log_probs.extend(d.token_log_probs)
-    if d.unknown_positions:
-        result.unknown_positions.extend(d.unknown_positions)
-    if return_attention and d.attn is not None:
-        labels = w.tokens + ([EOS_LABEL] if d.finished else [])
-        T, S = d.attn.shape
-        result.attention.CopyFrom(pb.Attention(rows=T, cols=S, weights=d.attn.ravel().tolist(),
-                                               source_labels=d.src_tokens, target_labels=labels))
-        if w.char_attn is not None:
-            word.char_attention.CopyFrom(pb.Attention(
-                rows=T, cols=w.char_attn.shape[1], weights=w.char_attn.ravel().tolist(),
-                source_labels=list(text[w.word.start:w.word.end]), target_labels=labels))
+    d = w.hyp
+    _fill_hyp(word.result, d, w.tokens, w.text, d.score, return_attention)
+    if return_attention and d.attn is not None and w.char_attn is not None:
+        word.char_attention.CopyFrom(pb.Attention(
+            rows=d.attn.shape[0], cols=w.char_attn.shape[1], weights=w.char_attn.ravel().tolist(),
+            source_labels=list(text[w.word.start:w.word.end]),
+            target_labels=w.tokens + ([EOS_LABEL] if d.finished else [])))
 
 
 def _fill_text_result(out: pb.TextResult, answer: TextAnswer, return_attention: bool) -> None:
