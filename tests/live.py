@@ -141,6 +141,7 @@ def held(engine, timeout_s: float = 120):
         release.set()
         del engine.encode  # the class's own again
 
+
 class Calls:
     """Counts the calls of the methods it wraps and wakes the waiters after each (on the event loop), so
     that a test waits for the state those calls change instead of polling it on a timer. The wrapper stays

@@ -151,7 +151,6 @@ def requantize(lang: str) -> dict:
     """A built model's int8 graphs made again by training/quantize.py's current method, kept as
     build() keeps them, and the task's scores taken again in the precision `--precision auto` serves."""
     from service.engine.bundle import load_bundle, write_manifest
-    from service.engine.engine import served_precision
 
     target = MODELS / LANGS[lang][1] / "1"
     manifest = {k: v for k, v in load_bundle(target).manifest.items() if k not in ("files", "int8", "int8_dropped")}
@@ -159,31 +158,25 @@ def requantize(lang: str) -> dict:
         if role in manifest["graphs"]:
             (target / manifest["graphs"].pop(role)).unlink()
     write_manifest(target, manifest)
-    manifest = keep_int8_if_free(target)
-    precision = served_precision(manifest, "auto")
-    manifest = {k: v for k, v in manifest.items() if k != "files"}
-    manifest["task_scores"] = {**manifest["task_scores"], "precision": precision, **task_scores(target, lang, precision)}
-    write_manifest(target, manifest)
-    print(json.dumps({"lang": lang, "precision": precision, **{k: manifest["task_scores"][k] for k in ("dev", "test")},
-                      "batch_independence": manifest.get("int8", {}).get("batch_independence", {}).get("independent")}),
-          flush=True)
-    return manifest
+    keep_int8_if_free(target)
+    return rescore(lang, always=True)
 
 
-def rescore(lang: str) -> dict:
-    """A built model's task scores taken again in the precision `--precision auto` now serves it in
-    (after `python -m training.quantize --speed` timed it, say); no training, no quantization."""
+def rescore(lang: str, always: bool = False) -> dict:
+    """A built model's task scores taken again in the precision `--precision auto` serves it in, where
+    that has changed (after `python -m training.quantize --speed` timed it, say) or always; no training."""
     from service.engine.bundle import load_bundle, write_manifest
     from service.engine.engine import served_precision
 
     target = MODELS / LANGS[lang][1] / "1"
     manifest = {k: v for k, v in load_bundle(target).manifest.items() if k != "files"}
     precision = served_precision(manifest, "auto")
-    if manifest["task_scores"].get("precision") != precision:
+    if always or manifest["task_scores"].get("precision") != precision:
         manifest["task_scores"] = {**manifest["task_scores"], "precision": precision,
                                    **task_scores(target, lang, precision)}
         write_manifest(target, manifest)
-    print(json.dumps({"lang": lang, "precision": precision, **{k: manifest["task_scores"][k] for k in ("dev", "test")}}),
+    print(json.dumps({"lang": lang, "precision": precision, **{k: manifest["task_scores"][k] for k in ("dev", "test")},
+                      "batch_independence": manifest.get("int8", {}).get("batch_independence", {}).get("independent")}),
           flush=True)
     return manifest
 

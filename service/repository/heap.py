@@ -1,7 +1,7 @@
 """The garbage collector kept off the models' long-lived objects.
 
-A loaded model is a great many Python objects that live as long as it does (its lexicon, a tuple or
-list per word; vocabularies, text rules), and CPython's cyclic collector walks every one of them at
+A loaded model is a great many Python objects that live as long as it does (its lexicon, a string and
+bytes per word; vocabularies, text rules), and CPython's cyclic collector walks every one of them at
 each full collection, holding the event loop meanwhile: under load those walks were the tail of the
 latency. gc.freeze() moves every object alive into a generation the collector never walks; objects
 made later are collected as before.
