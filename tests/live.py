@@ -8,6 +8,7 @@ import datetime
 import ipaddress
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -173,6 +174,51 @@ class Calls:
         """Until predicate() holds, checked after each counted call; the deadline only bounds a hang."""
         async with self._changed:
             await asyncio.wait_for(self._changed.wait_for(predicate), timeout_s)
+
+
+class LogLines:
+    """Another process's output (its stdout, a pipe) read line by line in a thread as it is written, kept
+    in `path` too: a test waits for the line a state change logs instead of polling the file on a timer."""
+
+    def __init__(self, proc: subprocess.Popen, path: Path):
+        self.path, self.lines, self.ended = path, [], False
+        self._changed = threading.Condition()  # re-entrant: matches() is called under it
+        threading.Thread(target=self._read, args=(proc.stdout,), name="log-lines", daemon=True).start()
+
+    def _read(self, stream) -> None:
+        with open(self.path, "wb") as out:
+            for raw in stream:
+                out.write(raw)
+                out.flush()
+                with self._changed:
+                    self.lines.append(raw.decode(errors="replace"))
+                    self._changed.notify_all()
+        with self._changed:
+            self.ended = True
+            self._changed.notify_all()
+
+    def matches(self, pattern: str) -> list[re.Match]:
+        with self._changed:
+            return [m for m in map(re.compile(pattern).search, self.lines) if m]
+
+    async def until(self, pattern: str, count: int = 1, timeout_s: float = 120) -> list[re.Match]:
+        """The lines matching `pattern` once there are `count` of them (waiting for each line written);
+        AssertionError if the process ends first. The deadline only bounds a hang."""
+        def wait():
+            with self._changed:
+                self._changed.wait_for(lambda: self.ended or len(self.matches(pattern)) >= count, timeout_s)
+            found = self.matches(pattern)
+            assert len(found) >= count, f"{len(found)} of {count} lines like {pattern!r}:\n" + "".join(self.lines)
+            return found
+        return await asyncio.to_thread(wait)
+
+    async def whole(self, timeout_s: float = 60) -> str:
+        """Everything the process wrote, once it has closed its output (exited)."""
+        def wait():
+            with self._changed:
+                assert self._changed.wait_for(lambda: self.ended, timeout_s), "the process never closed its output"
+                return "".join(self.lines)
+        return await asyncio.to_thread(wait)
 
 
 async def start_loaded(cfg):

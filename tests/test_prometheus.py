@@ -29,7 +29,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from attnserve.v1 import attnserve_pb2 as pb, attnserve_pb2_grpc as pbg
 from tests.helpers import free_port
 from tests.test_deploy import DASHBOARD, PROMETHEUS, _dashboard_queries, promql_metric_names
-from tests.live import serving
+from tests.live import Calls, serving
 from tests.test_server import config
 
 # Added by Prometheus at scrape time, so never on the server's own samples.
@@ -164,37 +164,50 @@ def query(base: str, promql: str) -> list[dict]:
     return doc["data"]["result"]
 
 
-async def until(base: str, promql: str, ok, timeout_s: float = 60.0) -> list[dict]:
-    """Poll an instant query until ok(result); scrapes come every second (the deadline bounds a hang)."""
-    deadline = time.monotonic() + timeout_s
+def scrapes_of(monkeypatch) -> Calls:
+    """Counts the scrapes the in-process server answers (each renders the registry once)."""
+    from service.transport import http
+
+    monkeypatch.setattr(http, "generate_latest", http.generate_latest)  # put back after the test
+    return Calls().of(http, "generate_latest")
+
+
+async def until(base: str, promql: str, ok, scrapes: Calls, timeout_s: float = 60.0) -> list[dict]:
+    """An instant query, asked again after each scrape the server answers until ok(result): Prometheus
+    stores a scrape before it starts the next one, so by then every earlier one is in (the deadline
+    only bounds a hang)."""
     while True:
         result = await asyncio.to_thread(query, base, promql)
         if ok(result):
             return result
-        assert time.monotonic() < deadline, f"{promql!r} stayed {result}"
-        await asyncio.sleep(0.25)
+        seen = scrapes.count
+        try:
+            await scrapes.until(lambda: scrapes.count > seen, timeout_s)
+        except asyncio.TimeoutError:
+            raise AssertionError(f"{promql!r} stayed {result}: no scrape in {timeout_s} s") from None
 
 
 def value(result: list[dict]) -> float | None:
     return float(result[0]["value"][1]) if len(result) == 1 else None
 
 
-async def test_prometheus_scrapes_the_server_and_answers_the_dashboard_queries(server, prometheus):
-    await until(prometheus, 'up{job="attnserve"}', lambda r: value(r) == 1.0)
+async def test_prometheus_scrapes_the_server_and_answers_the_dashboard_queries(server, prometheus, monkeypatch):
+    scrapes = scrapes_of(monkeypatch)
+    await until(prometheus, 'up{job="attnserve"}', lambda r: value(r) == 1.0, scrapes)
     requests = 'sum(attnserve_requests_total{rpc="Transduce"})'
     # Two rounds: rate() counts increases between samples, so the series must exist in
     # Prometheus before the second round for the latency quantile to be a number.
     first, second = [f"first{c}" for c in "abcd"], [f"second{c}" for c in "abcdef"]
     await transduce(server, first)
-    await until(prometheus, requests, lambda r: value(r) == len(first))
+    await until(prometheus, requests, lambda r: value(r) == len(first), scrapes)
     await transduce(server, second)
     n = len(first) + len(second)
-    await until(prometheus, requests, lambda r: value(r) == n)
+    await until(prometheus, requests, lambda r: value(r) == n, scrapes)
     by_model = 'sum(attnserve_requests_total{rpc="Transduce", model="tiny", code="OK"})'
     assert value(await asyncio.to_thread(query, prometheus, by_model)) == n
 
     p99 = "histogram_quantile(0.99, sum(rate(attnserve_request_duration_seconds_bucket[1m])) by (le))"
-    result = await until(prometheus, p99, lambda r: value(r) is not None and math.isfinite(value(r)))
+    result = await until(prometheus, p99, lambda r: value(r) is not None and math.isfinite(value(r)), scrapes)
     assert 0 < value(result) <= 10, result  # seconds, within the histogram's buckets
 
     # Every dashboard query parses and evaluates in a real Prometheus, and has data where traffic makes some.

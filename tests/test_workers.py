@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -26,7 +25,7 @@ from attnserve.v1 import attnserve_pb2 as pb, attnserve_pb2_grpc as pbg
 from inference import grpc_service_pb2 as kpb, grpc_service_pb2_grpc as kpbg
 from bench.harness import metric_samples
 from tests.helpers import free_port, wait_serving
-from tests.live import VENV_BIN, add_version, copy_model, terminate
+from tests.live import VENV_BIN, LogLines, add_version, copy_model, terminate
 
 WORKERS = 2
 MAX_CONNECTIONS = 200  # only bounds a hang: each new connection lands on a worker at random
@@ -46,7 +45,8 @@ class Workers:
         self.proc = subprocess.Popen(
             [str(VENV_BIN / "attnserve-server"), "--workers", str(WORKERS), "--model-repository", str(repository),
              "--host", "127.0.0.1", "--port", str(self.port), "--metrics-port", str(self.http_port),
-             "--admin-without-token", "true", *args], stdout=open(self.log, "wb"), stderr=subprocess.STDOUT, env=env)
+             "--admin-without-token", "true", *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
+        self.lines = LogLines(self.proc, self.log)
 
     def __enter__(self):
         wait_serving(self.address, 180, self.proc)
@@ -187,7 +187,7 @@ async def test_sigterm_mid_burst_loses_no_call_across_workers_and_exits_0(reposi
     assert failed == [], failed[:3]
     assert all(len(o.results) == len(words) for o in outcomes)
     assert exit_code == 0
-    log = server.log.read_text()
+    log = await server.lines.whole()
     assert all(f"[worker {i}]: shutting down" in log for i in range(WORKERS)), log[-2000:]
 
 
@@ -210,13 +210,11 @@ async def test_a_reload_an_override_change_and_a_repository_load_reach_every_wor
 
         await until_every_worker(server, tmp_path, version_2, "attnserve_requests_total", rpc="Transduce")
 
-        # each worker polls the overrides file itself
+        # each worker polls the overrides file itself, and logs each read it takes (after counting it)
         (repository / "tiny" / "overrides.tsv").write_text("zyxwab\tZ IH K S\n")
-        deadline = time.monotonic() + 60
-        while not all(v >= 1 for v in server.per_worker("attnserve_overrides_loads_total", tmp_path,
-                                                        model="tiny", result="ok").values()):
-            assert time.monotonic() < deadline, "a worker never read the overrides file"
-            await asyncio.sleep(0.1)
+        await server.lines.until(r"\[worker \d\]: tiny: overrides .* in force \(1 sources\)", WORKERS)
+        assert all(v >= 1 for v in server.per_worker("attnserve_overrides_loads_total", tmp_path,
+                                                     model="tiny", result="ok").values())
 
         async def override(stub):
             reply = await stub.Transduce(pb.TransduceRequest(inputs=["zyxwab"], options=NO_ATTENTION), timeout=30)
@@ -255,7 +253,7 @@ async def test_a_worker_that_dies_takes_the_server_down(repository, tmp_path):
         exit_code = await asyncio.to_thread(server.proc.wait, 60)
     assert exit_code != 0
     assert not any(Path(f"/proc/{pid}").exists() for pid in others)  # stopped, and waited for
-    assert "exited with code -9 on its own" in server.log.read_text()
+    assert "exited with code -9 on its own" in await server.lines.whole()
 
 
 async def test_port_0_gives_every_worker_the_same_free_ports(repository, tmp_path):
@@ -264,15 +262,14 @@ async def test_port_0_gives_every_worker_the_same_free_ports(repository, tmp_pat
     log = tmp_path / "server.log"
     proc = subprocess.Popen([str(VENV_BIN / "attnserve-server"), "--workers", str(WORKERS), "--model-repository",
                              str(repository), "--host", "127.0.0.1", "--port", "0", "--metrics-port", "0"],
-                            stdout=open(log, "wb"), stderr=subprocess.STDOUT, env=env)
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
+    lines = LogLines(proc, log)
     try:
-        deadline = time.monotonic() + 120
-        while (found := re.search(r"supervising \d+ workers on port (\d+) \(HTTP (\d+)\)", log.read_text())) is None:
-            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
-            await asyncio.sleep(0.1)
+        found = (await lines.until(r"supervising \d+ workers on port (\d+) \(HTTP (\d+)\)"))[0]
         port, http_port = int(found[1]), int(found[2])
         await asyncio.to_thread(wait_serving, f"127.0.0.1:{port}", 180, proc)
-        serving = re.findall(r"\[worker (\d)\]: serving .* on port (\d+) \(.*metrics on (\d+)\)", log.read_text())
+        serving = [m.groups() for m in await lines.until(
+            r"\[worker (\d)\]: serving .* on port (\d+) \(.*metrics on (\d+)\)", WORKERS)]
         assert sorted(serving) == [(str(i), str(port), str(http_port)) for i in range(WORKERS)], serving
         assert any(s.name == "attnserve_model_info" for s in metric_samples(http_port))
     finally:
