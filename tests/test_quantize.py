@@ -99,6 +99,7 @@ def test_auto_serves_int8_only_where_it_costs_at_most_a_tenth_of_a_point_on_dev(
     fp32, int8 = m["metrics"]["dev"]["wer"], m["int8"]["metrics"]["dev"]["wer"]
     speed = m["int8"]["speed"]  # timed by make quantize: a lone word and a batch, each precision
     assert speed["words"] > 0 and speed["lone_fp32_ms"] > 0 and speed["batch_int8_ms"] > 0
+    assert speed["threads"] == 1  # as a server worker decodes, whatever pool make quantize's own process has
     assert speed["int8_over_fp32"] == pytest.approx((speed["lone_int8_ms"] / speed["lone_fp32_ms"] * speed[
         "batch_int8_ms"] / speed["batch_fp32_ms"]) ** 0.5, rel=1e-2)
     assert Engine(load_bundle(quantized), EngineConfig()).precision == (
