@@ -215,3 +215,15 @@ def test_the_cosine_schedule_warms_up_then_falls_to_min_lr_at_its_last_step():
     falling = [cosine_lr(cfg, s, 100) for s in range(10, 101)]
     assert all(a > b for a, b in zip(falling, falling[1:])) and falling[-1] == pytest.approx(1e-4)
     assert cosine_lr(cfg, 150, 100) == pytest.approx(1e-4)  # past its last step (a re-projected budget): the floor
+
+
+def test_save_last_keeps_the_final_epoch_beside_the_best_one(corpus, tmp_path):
+    import torch
+
+    train.main([*given_args(corpus, tmp_path), "--max-epochs", "3", "--save-last", "true"])
+    best, last = (torch.load(tmp_path / name, weights_only=False) for name in ("best.pt", "last.pt"))
+    assert last["epoch"] == len(last["history"]) == 3  # the schedule's end, whatever dev said
+    dev_wers = [row["dev_wer"] for row in last["history"]]
+    assert best["epoch"] == 1 + dev_wers.index(min(dev_wers))  # the first epoch at the lowest dev WER
+    same = all(torch.equal(best["state_dict"][k], last["state_dict"][k]) for k in best["state_dict"])
+    assert same == (best["epoch"] == 3)

@@ -64,6 +64,9 @@ class TrainConfig:
     max_minutes: float = 0.0  # wall-clock budget, 0 = none; checked after each epoch...
     stop_mid_epoch: bool = False  # ...and after each step (report.py: an equal budget for every variant)
     max_output_len: int = 40
+    # Also write the final epoch's weights to last.pt: the end of a cosine schedule, chosen by no dev
+    # figure (on a 100-word dev set the best epoch is mostly a noisy pick of a high-rate one).
+    save_last: bool = False
     seed: int = 1
     threads: int = 0  # torch intra-op threads, 0 = torch's default
     device: str = "auto"  # auto (cuda when there is one) | cpu | cuda
@@ -266,12 +269,15 @@ def train(model_cfg_kwargs: dict, tcfg: TrainConfig, splits, data_desc: dict, ou
             if dist.main:
                 print(f"stop: time budget of {tcfg.max_minutes} minutes spent", flush=True)
             break
+    if tcfg.save_last:
+        save_checkpoint(model, cfg, tcfg, data_desc, src_vocab, tgt_vocab, epoch, dev, history, out, dist, "last.pt")
     return {"best_dev_wer": best_wer, "epochs": len(history), "parameters": n_params,
             "minutes": (time.time() - started) / 60, "world_size": dist.world_size}
 
 
-def save_checkpoint(model, cfg, tcfg, data_desc, src_vocab, tgt_vocab, epoch, dev, history, out, dist) -> None:
-    """Rank 0 writes best.pt. Under DDP every rank first contributes a digest of its weights:
+def save_checkpoint(model, cfg, tcfg, data_desc, src_vocab, tgt_vocab, epoch, dev, history, out, dist,
+                    name: str = "best.pt") -> None:
+    """Rank 0 writes best.pt (or `name`). Under DDP every rank first contributes a digest of its weights:
     replicas that drifted apart (they never should) fail loudly instead of saving one of them."""
     digests = distributed.gather(distributed.weights_sha256(model), dist)
     if len(set(digests)) > 1:
@@ -282,7 +288,7 @@ def save_checkpoint(model, cfg, tcfg, data_desc, src_vocab, tgt_vocab, epoch, de
                 "src_vocab": src_vocab.itos, "tgt_vocab": tgt_vocab.itos,
                 "state_dict": {k: v.cpu() for k, v in model.state_dict().items()}, "epoch": epoch,
                 "dev_wer": dev.wer, "dev_per": dev.per, "history": history,
-                "replicas": {"world_size": dist.world_size, "weights_sha256": digests}}, out / "best.pt")
+                "replicas": {"world_size": dist.world_size, "weights_sha256": digests}}, out / name)
 
 
 def parse_args(argv=None):
