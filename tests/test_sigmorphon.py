@@ -78,3 +78,10 @@ def test_cmudict_in_the_task_ipa_is_marked_and_leaves_out_the_held_out_words(tmp
     sources = {line.split("\t")[0] for line in lines[1:]}
     assert all(s.startswith(MARK) for s in sources) and f"{MARK}knight" in sources
     assert f"{MARK}above" not in sources and f"{MARK}bird" not in sources
+
+
+def test_a_second_driver_on_the_same_language_is_refused_before_it_trains(task):
+    with sigmorphon.sole_driver("tiny"):  # as another process building it holds it
+        with pytest.raises(SystemExit, match="tiny: another python -m training.sigmorphon is building it"):
+            sigmorphon.build("tiny")
+    assert not (task / "runs" / "tiny" / "seed1").exists()
