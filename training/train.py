@@ -64,8 +64,8 @@ class TrainConfig:
     max_minutes: float = 0.0  # wall-clock budget, 0 = none; checked after each epoch...
     stop_mid_epoch: bool = False  # ...and after each step (report.py: an equal budget for every variant)
     max_output_len: int = 40
-    # Also write the final epoch's weights to last.pt: the end of a cosine schedule, chosen by no dev
-    # figure (on a 100-word dev set the best epoch is mostly a noisy pick of a high-rate one).
+    # Also write the final epoch's weights to last.pt (the end of a cosine schedule, chosen by no dev
+    # figure) beside best.pt, the epoch of the lowest dev WER, which on a small dev set is a noisy pick.
     save_last: bool = False
     seed: int = 1
     threads: int = 0  # torch intra-op threads, 0 = torch's default
