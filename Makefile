@@ -132,10 +132,14 @@ frontier-ensemble: $(VENV)/.dev-installed
 # SIGMORPHON 2021 Task 1 (data/sigmorphon-2021/): a model per language on the task's own splits, each
 # trained on one CPU core in the background, exported, quantized and scored (training/sigmorphon.py);
 # what is done is kept, so it resumes. Table: docs/sigmorphon.md. SIGMORPHON_LANGS="fre bul": only those.
+# SIGMORPHON_JOBS=2: two drivers, one a core, sharing out the languages (each passes over those the
+# other is building).
 SIGMORPHON_LANGS ?=
+SIGMORPHON_JOBS ?= 1
 .PHONY: sigmorphon
 sigmorphon: $(VENV)/.dev-installed
-	nice -n 10 $(PY) -m training.sigmorphon $(if $(SIGMORPHON_LANGS),--langs $(SIGMORPHON_LANGS))
+	seq $(SIGMORPHON_JOBS) | xargs -P $(SIGMORPHON_JOBS) -I{} nice -n 10 $(PY) -m training.sigmorphon \
+	  $(if $(SIGMORPHON_LANGS),--langs $(SIGMORPHON_LANGS))
 
 # Several checkpoints export their ensemble (training/ensemble.py), e.g.
 #   make export EXPORT_CHECKPOINTS="runs/seed1/best.pt runs/seed2/best.pt" MODEL_VERSION=2

@@ -190,17 +190,22 @@ def rescore(lang: str, always: bool = False) -> dict:
     return manifest
 
 
+class Busy(Exception):
+    """Another driver is building this language."""
+
+
 @contextmanager
 def sole_driver(lang: str):
-    """Refuse a second driver on the same language: both would train into, and export from, one run
-    directory (one's early best.pt under the other's export)."""
+    """One driver per language: two would train into, and export from, one run directory (one's early
+    best.pt under the other's export). Several drivers share out the languages (`make sigmorphon
+    SIGMORPHON_JOBS=2`): each passes over those another one holds."""
     path = RUNS / lang / "driver.lock"
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w") as lock:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise SystemExit(f"{lang}: another python -m training.sigmorphon is building it ({path} is locked)")
+            raise Busy(f"{lang}: another python -m training.sigmorphon is building it ({path} is locked)") from None
         yield
 
 
@@ -270,7 +275,11 @@ def main(argv=None):
     elif not args.table:
         langs = args.langs or sorted(LANGS, key=lambda lang: TRAIN_ORDER.index(LANGS[lang][0]))
         for lang in langs:
-            build(lang)
+            try:
+                build(lang)
+            except Busy as busy:
+                print(f"{busy}: passed over", flush=True)
+                continue
             write_table(DOC)
     write_table(DOC)
 
