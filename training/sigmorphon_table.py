@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from training.sigmorphon import BASELINE_MACRO, BEAM, LANG_FLAGS, LANG_WHY, LANGS, MODELS, RECIPES, SUBTASKS, TARGETS
+from training.sigmorphon import BASELINE_MACRO, BEAM, LANG_FLAGS, LANGS, MODELS, RECIPES, SUBTASKS, TARGETS
 
 HEADER = """# SIGMORPHON 2021 Task 1 (multilingual G2P): our models on the task's own splits
 
@@ -79,7 +79,7 @@ def recipe_lines() -> list[str]:
         extra = "; plus CMUdict in the task's IPA, marked (training/sigmorphon_english.py)" if r.cmudict_ipa else ""
         lines.append(f"- **{subtask}** (seeds {', '.join(map(str, r.seeds))}{extra}): `{' '.join(r.flags)}`")
     lines += ["", "A language's own flags beside its subtask's (training/sigmorphon.py LANG_FLAGS): "
-              + "; ".join(f"`{lang}` `{' '.join(flags)}` ({LANG_WHY[lang]})" for lang, flags in sorted(LANG_FLAGS.items()))
+              + "; ".join(f"`{lang}` `{' '.join(flags)}` ({why})" for lang, (flags, why) in sorted(LANG_FLAGS.items()))
               + "."]
     return lines + [""]
 
