@@ -50,8 +50,9 @@ def tiny(seed: int, hidden: int, attention: str, **kw) -> Seq2Seq:
                                attention=attention, dropout=0.0, **kw)).eval()
 
 
-def test_a_step_gives_the_members_mean_probability_and_mean_attention():
-    a, b = tiny(0, 8, "dot"), tiny(1, 12, "cosine", bidirectional=False)
+@pytest.mark.parametrize("output_b", ["context", "mixture"])
+def test_a_step_gives_the_members_mean_probability_and_mean_attention(output_b):
+    a, b = tiny(0, 8, "dot"), tiny(1, 12, "cosine", bidirectional=False, output=output_b)
     ens = Ensemble([a, b]).eval()
     src, src_len = torch.tensor([[4, 5, 6, 7], [8, 9, 0, 0]]), torch.tensor([4, 2])
     y = torch.full((2,), BOS_ID)

@@ -32,7 +32,8 @@ def test_attention_ignores_padding_and_rows_sum_to_one(cell, attention):
     assert attn[1, :, 2:].abs().max() == 0  # padding gets exactly zero weight
 
 
-@pytest.mark.parametrize("kw", [{}, {"self_attention_heads": 4}, {"attention": "none", "context": "every_step"}])
+@pytest.mark.parametrize("kw", [{}, {"self_attention_heads": 4}, {"attention": "none", "context": "every_step"},
+                                {"output": "mixture"}])
 def test_padding_does_not_change_a_sequence_result(kw):
     """A word decodes the same alone and beside a longer word (bidirectional encoder and self-attention included)."""
     model = tiny(**kw)
@@ -58,6 +59,10 @@ def test_config_errors_name_the_bad_value():
         ModelConfig(src_vocab_size=5, tgt_vocab_size=5, self_attention_heads=3)
     with pytest.raises(ValueError, match="self_attention_heads needs attention"):
         ModelConfig(src_vocab_size=5, tgt_vocab_size=5, attention="none", self_attention_heads=2)
+    with pytest.raises(ValueError, match="output must be one of.*'hard'"):
+        ModelConfig(src_vocab_size=5, tgt_vocab_size=5, output="hard")
+    with pytest.raises(ValueError, match="output 'mixture' .*needs attention"):
+        ModelConfig(src_vocab_size=5, tgt_vocab_size=5, attention="none", output="mixture")
 
 
 def test_scaled_dot_is_dot_over_sqrt_h():
@@ -83,3 +88,27 @@ def test_keep_top_k_soft_hard_and_top_k_per_row():
     assert torch.allclose(out[2], torch.tensor([0.0, 2 / 3, 1 / 3, 0.0]))  # top-2, renormalised
     assert torch.allclose(out[3], torch.tensor([0.5, 0.5, 0.0, 0.0]))  # a tie at the top shares it
     assert keep_top_k(attn[:1], torch.tensor([9]))[0].tolist() == pytest.approx(attn[0].tolist())  # k > S: all
+
+
+def test_mixture_output_mixes_one_distribution_per_source_position():
+    """output "mixture": p(y) = sum_j attn_j p(y | h_j); hard attention (top_k 1) is the argmax position's
+    own distribution, and teacher forcing returns log-probabilities, as a cross-entropy reads them."""
+    model = tiny(output="mixture")
+    d = model.decoder
+    src, src_len = torch.tensor([[4, 5, 6, 7], [8, 9, 0, 0]]), torch.tensor([4, 2])
+    y = torch.full((2,), 1)
+    with torch.no_grad():
+        enc = model.encode(src, src_len)
+        _, log_probs, attn = d.step(y, enc.state, enc.enc_out, enc.keys, enc.pad_mask)
+        query = d.rnn(torch.cat([d.embed(y), enc.state.feed], -1)[:, None], (enc.state.h, enc.state.c))[0][:, 0]
+        S = enc.enc_out.size(1)
+        per_position = torch.softmax(d.generator(torch.tanh(d.attention.linear_out(
+            torch.cat([enc.enc_out, query[:, None].expand(-1, S, -1)], -1)))), -1)  # (B, S, V)
+        torch.testing.assert_close(log_probs.exp(), (attn[:, :, None] * per_position).sum(1))
+        assert torch.allclose(log_probs.exp().sum(-1), torch.ones(2), atol=1e-5)
+        _, hard, one_hot = d.step(y, enc.state, enc.enc_out, enc.keys, enc.pad_mask, torch.tensor([1, 1]))
+        j = attn.argmax(-1)
+        torch.testing.assert_close(hard.exp(), per_position[torch.arange(2), j])
+        assert one_hot.max(-1).values.tolist() == [1.0, 1.0]
+        tgt_in = torch.tensor([[1, 4, 5], [1, 6, 0]])
+        assert torch.allclose(model(src, src_len, tgt_in).exp().sum(-1), torch.ones(2, 3), atol=1e-5)

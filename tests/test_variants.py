@@ -1,7 +1,8 @@
 """Every variant of the design, end to end: trained a few steps, exported with parity, served.
 
 Cells rnn/gru/lstm, uni- and bidirectional encoders, every attention score, the two
-attention-free baselines, encoder self-attention, and hard / top-k attention at inference
+attention-free baselines, encoder self-attention, the mixture output (hard attention marginalized
+in training), and hard / top-k attention at inference
 (asked of every soft-trained attention model through the API).
 """
 import asyncio
@@ -26,6 +27,8 @@ VARIANTS = {  # name: (model flags, batching mode)
     "gru-bi-cosine": (dict(cell="gru", bidirectional=True, attention="cosine"), "continuous"),
     "lstm-bi-general-self_attention": (dict(cell="lstm", bidirectional=True, attention="general",
                                             self_attention_heads=2), "continuous"),
+    "lstm-bi-general-mixture": (dict(cell="lstm", bidirectional=True, attention="general", output="mixture"),
+                                "request"),
     "gru-bi-none-init": (dict(cell="gru", bidirectional=True, attention="none", context="init"), "continuous"),
     "lstm-uni-none-every_step": (dict(cell="lstm", bidirectional=False, attention="none",
                                       context="every_step"), "request"),

@@ -14,7 +14,7 @@ axis, which keeps the graph interface of a single model:
 
 So the engine, the ONNX Loop, beam search and continuous batching run an ensemble bundle
 exactly as they run any other: the server needs nothing new. Members may differ in size,
-encoder and score function; they must share the vocabularies, have attention, and share
+encoder, score function and output (context or mixture); they must share the vocabularies, have attention, and share
 the decoder cell and its number of layers (their states are concatenated, not stacked).
 """
 from __future__ import annotations
@@ -69,6 +69,7 @@ class EnsembleDecoder(nn.Module):
         super().__init__()
         self.members = nn.ModuleList(decoders)
         self.sizes = [d.generator.in_features for d in decoders]  # H_i of each member
+        self.out_sizes = [d.out_size for d in decoders]  # the widths of their step outs: H_i, or V (mixture)
         self.has_attention = True
         self.state_names = decoders[0].state_names  # h, (c,) feed
 
@@ -76,7 +77,7 @@ class EnsembleDecoder(nn.Module):
         return list(torch.split(x, self.sizes, dim=dim)) if x is not None else [None] * len(self.sizes)
 
     def step(self, y_prev, state: DecoderState, enc_out=None, keys=None, pad_mask=None, top_k=None):
-        # Same contract as Decoder.step; `out` is the members' outs side by side, (B, H_1 + ... + H_N).
+        # Same contract as Decoder.step; `out` is the members' outs side by side, (B, out_size_1 + ... + out_size_N).
         hs, cs, feeds = self._split(state.h, 2), self._split(state.c, 2), self._split(state.feed, 1)
         enc_outs, keyss = self._split(enc_out, 2), self._split(keys, 2)
         states, outs, attns = [], [], []
@@ -89,7 +90,7 @@ class EnsembleDecoder(nn.Module):
         return cat_states(states), torch.cat(outs, dim=1), torch.stack(attns).mean(0)  # (B, sum H), (B, S)
 
     def log_probs(self, out: torch.Tensor) -> torch.Tensor:
-        member = [d.log_probs(o) for d, o in zip(self.members, self._split(out, 1))]  # N x (B, V)
+        member = [d.log_probs(o) for d, o in zip(self.members, torch.split(out, self.out_sizes, dim=1))]  # N x (B, V)
         return torch.logsumexp(torch.stack(member), dim=0) - math.log(len(member))  # (B, V)
 
 

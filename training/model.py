@@ -25,6 +25,7 @@ ATTENTIONS = SCORES + ("none",)
 # Without attention, where the decoder sees the source: only through its initial state
 # (Sutskever et al. 2014), or also as a fixed context fed at every step (Cho et al. 2014).
 CONTEXTS = ("init", "every_step")
+OUTPUTS = ("context", "mixture")
 # Padding scores: large and finite, so a row of all padding can never make NaN.
 MASKED_SCORE = -1e9
 
@@ -42,6 +43,10 @@ class ModelConfig:
     attention: str = "general"  # dot | scaled_dot | general | additive | cosine | none
     context: str = "init"  # attention "none" only: init | every_step
     self_attention_heads: int = 0  # multi-head self-attention over the encoder states; 0 = off
+    # The output distribution: "context" reads one attentional vector made from the weighted sum of the
+    # source states (Luong et al. 2015); "mixture" mixes one distribution per source position by the
+    # attention weights, i.e. hard attention marginalized exactly (Wu et al. 2018, 0th order).
+    output: str = "context"
     dropout: float = 0.2
 
     def __post_init__(self):
@@ -49,6 +54,10 @@ class ModelConfig:
             raise ValueError(f"cell must be one of {sorted(CELLS)}, got {self.cell!r}")
         if self.attention not in ATTENTIONS:
             raise ValueError(f"attention must be one of {ATTENTIONS}, got {self.attention!r}")
+        if self.output not in OUTPUTS:
+            raise ValueError(f"output must be one of {OUTPUTS}, got {self.output!r}")
+        if self.output == "mixture" and self.attention == "none":
+            raise ValueError("output 'mixture' mixes over the attention weights: it needs attention, got 'none'")
         if self.context not in CONTEXTS:
             raise ValueError(f"context must be one of {CONTEXTS}, got {self.context!r}")
         if self.context != "init" and self.attention != "none":
@@ -229,8 +238,8 @@ class GlobalAttention(nn.Module):
             return enc_out / math.sqrt(self.hidden_size)  # (B, S, H)
         return enc_out  # dot
 
-    def forward(self, query, enc_out, keys, pad_mask, top_k=None):
-        # query (B, H), enc_out/keys (B, S, H), pad_mask (B, S) True at padding, top_k (B,) or None (soft)
+    def scores(self, query, keys, pad_mask):
+        # query (B, H), keys (B, S, H), pad_mask (B, S) True at padding -> (B, S), padding at MASKED_SCORE
         if self.score == "additive":
             scores = self.v(torch.tanh(keys + self.W_q(query)[:, None, :])).squeeze(2)  # (B, S)
         elif self.score == "cosine":
@@ -238,17 +247,44 @@ class GlobalAttention(nn.Module):
             scores = self.log_scale.exp() * torch.bmm(keys, q[:, :, None]).squeeze(2)  # (B, S)
         else:
             scores = torch.bmm(keys, query[:, :, None]).squeeze(2)  # (B, S)
-        scores = scores.masked_fill(pad_mask, MASKED_SCORE)
-        attn = torch.softmax(scores, dim=-1)  # (B, S)
+        return scores.masked_fill(pad_mask, MASKED_SCORE)
+
+    def forward(self, query, enc_out, keys, pad_mask, top_k=None):
+        # query (B, H), enc_out/keys (B, S, H), pad_mask (B, S) True at padding, top_k (B,) or None (soft)
+        attn = torch.softmax(self.scores(query, keys, pad_mask), dim=-1)  # (B, S)
         if top_k is not None:
             attn = keep_top_k(attn, top_k)
         context = torch.bmm(attn[:, None, :], enc_out).squeeze(1)  # (B, H)
         attn_h = torch.tanh(self.linear_out(torch.cat([context, query], dim=-1)))  # (B, H)
         return attn_h, attn
 
+    def mixture(self, query, enc_out, keys, pad_mask, top_k, generator: nn.Linear, dropout: nn.Dropout):
+        """Hard attention marginalized exactly (Wu, Shapiro and Cotterell 2018): each source position
+        makes its own output distribution and the attention weights mix them,
+
+            attn_h_j = tanh(W_c [h_j; h_t])                        (B, S, H)
+            log p(y) = logsumexp_j (log attn_j + log_softmax(W_g attn_h_j)_y)
+
+        so the output comes from one position at a time rather than from a blend of them. Returns
+        log_probs (B, V), feed (B, H) the attn-weighted attn_h the next step reads, and attn (B, S).
+        """
+        scores = self.scores(query, keys, pad_mask)  # (B, S)
+        if top_k is None:
+            log_attn = torch.log_softmax(scores, dim=-1)  # finite at padding, so are its gradients
+            attn = log_attn.exp()
+        else:  # inference: a cut-off or padded position weighs 0, its log -inf, and adds nothing
+            attn = keep_top_k(torch.softmax(scores, dim=-1), top_k)
+            log_attn = torch.log(attn)
+        S = enc_out.size(1)
+        attn_h = torch.tanh(self.linear_out(torch.cat([enc_out, query[:, None, :].expand(-1, S, -1)], dim=-1)))
+        log_p = torch.log_softmax(generator(dropout(attn_h)), dim=-1)  # (B, S, V)
+        log_probs = torch.logsumexp(log_attn[:, :, None] + log_p, dim=1)  # (B, V)
+        return log_probs, torch.bmm(attn[:, None, :], attn_h).squeeze(1), attn
+
 
 class Decoder(nn.Module):
-    """One step: [embed(y_prev); feed] -> RNN -> `out` (B, H), which the generator reads.
+    """One step: [embed(y_prev); feed] -> RNN -> `out` (B, H), which the generator reads (output
+    "mixture": `out` is already the log-probabilities (B, V), see GlobalAttention.mixture).
 
     What `feed` is, by variant:
         attention            the previous step's attentional hidden attn_h (input feeding, Luong et al. 2015)
@@ -272,6 +308,8 @@ class Decoder(nn.Module):
         self.dropout = nn.Dropout(cfg.dropout)
         self.generator = nn.Linear(H, cfg.tgt_vocab_size)
         self.is_lstm = cfg.cell == "lstm"
+        self.mixture = cfg.output == "mixture"
+        self.out_size = cfg.tgt_vocab_size if self.mixture else H  # the width of step()'s `out`
 
     @property
     def state_names(self) -> list[str]:
@@ -295,6 +333,10 @@ class Decoder(nn.Module):
         else:
             (rnn_out, h), c = self.rnn(x[:, None, :], state.h), None
         query = rnn_out[:, 0]  # (B, H) the top layer
+        if self.mixture:
+            log_probs, feed, attn = self.attention.mixture(query, enc_out, keys, pad_mask, top_k, self.generator,
+                                                           self.dropout)  # (B, V), (B, H), (B, S)
+            return DecoderState(h, c, feed), log_probs, attn
         if self.attention is not None:
             out, attn = self.attention(query, enc_out, keys, pad_mask, top_k)  # (B, H), (B, S)
             return DecoderState(h, c, out), out, attn
@@ -304,6 +346,8 @@ class Decoder(nn.Module):
         return DecoderState(h, c, None), query, None
 
     def log_probs(self, out: torch.Tensor) -> torch.Tensor:
+        if self.mixture:
+            return out  # (B, V) already
         return torch.log_softmax(self.generator(self.dropout(out)), dim=-1)  # (B, V)
 
 
@@ -322,12 +366,15 @@ class Seq2Seq(nn.Module):
         return Encoded(enc_out, keys, pad_mask, self.decoder.init_state(summary), self_attn)
 
     def forward(self, src, src_len, tgt_in):
-        """Teacher forcing: logits (B, T, V) for tgt_in (B, T), which starts with <s>."""
+        """Teacher forcing: logits (B, T, V) for tgt_in (B, T), which starts with <s> (output "mixture":
+        log-probabilities, which are their own log_softmax, so a cross-entropy reads them alike)."""
         enc = self.encode(src, src_len)
         state, outs = enc.state, []
         for t in range(tgt_in.size(1)):
             state, out, _ = self.decoder.step(tgt_in[:, t], state, enc.enc_out, enc.keys, enc.pad_mask)
             outs.append(out)
+        if self.decoder.mixture:
+            return torch.stack(outs, dim=1)  # (B, T, V)
         outs = self.decoder.dropout(torch.stack(outs, dim=1))  # (B, T, H)
         return self.decoder.generator(outs)  # (B, T, V)
 
