@@ -227,3 +227,50 @@ def test_save_last_keeps_the_final_epoch_beside_the_best_one(corpus, tmp_path):
     assert best["epoch"] == 1 + dev_wers.index(min(dev_wers))  # the first epoch at the lowest dev WER
     same = all(torch.equal(best["state_dict"][k], last["state_dict"][k]) for k in best["state_dict"])
     assert same == (best["epoch"] == 3)
+
+
+def test_init_from_another_corpus_carries_the_shared_symbols_rows_over(corpus, tmp_path):
+    """--init-vocab by-symbol: a model trained on another corpus (another language, with letters and
+    phones of its own) starts this one's training. Shared symbols keep their trained embedding and
+    output rows, symbols new here start fresh, every other weight is the trained one; without the flag
+    differing vocabularies are refused, as before."""
+    import torch
+
+    from training.data import Vocab
+    from training.model import ModelConfig, Seq2Seq
+
+    rng = random.Random(3)
+    other_phones = {"a": "A", "b": "B", "y": "Y", "w": "W"}  # a, b shared; y, w its own; no c..h, q, x, z
+    words = sorted({"".join(rng.choice("abyw") for _ in range(rng.randint(2, 6))) for _ in range(200)})
+    files = {}
+    for split, ws in (("train", words[:150]), ("dev", words[150:])):
+        files[split] = tmp_path / f"other_{split}.tsv"
+        files[split].write_text("".join(f"{w}\t{' '.join(other_phones[c] for c in w)}\n" for w in ws))
+    pre = tmp_path / "pre"
+    flags = given_args(corpus, pre)[10:]  # the tiny model and schedule, without the corpus and --out
+    train.main(["--corpus", "tsv", "--train-tsv", str(files["train"]), "--dev-tsv", str(files["dev"]),
+                "--out", str(pre), *flags])
+    with pytest.raises(SystemExit, match="vocabularies differ.*--init-vocab by-symbol"):
+        train.main([*given_args(corpus, tmp_path / "refused"), "--init-from", str(pre / "best.pt")])
+
+    ckpt = torch.load(pre / "best.pt", weights_only=False)
+    src = Vocab.build(list(w) for w in corpus["words"]["train"])
+    tgt = Vocab.build(pron(w).split() for w in corpus["words"]["train"])
+    torch.manual_seed(0)
+    model = Seq2Seq(ModelConfig(**{**ckpt["model_config"], "src_vocab_size": len(src), "tgt_vocab_size": len(tgt)}))
+    carried = train.carry_by_symbol(model, ckpt, src.itos, tgt.itos)
+    state, old, fresh = carried["state_dict"], ckpt["state_dict"], model.state_dict()
+    old_src, old_tgt = Vocab(ckpt["src_vocab"][4:]), Vocab(ckpt["tgt_vocab"][4:])
+    for name, new_vocab, old_vocab in (("encoder.embed.weight", src, old_src), ("decoder.generator.weight", tgt, old_tgt),
+                                       ("decoder.generator.bias", tgt, old_tgt)):
+        for t in ("a", "b") if new_vocab is src else ("A", "B", "</s>"):
+            assert torch.equal(state[name][new_vocab.stoi[t]], old[name][old_vocab.stoi[t]]), (name, t)
+        for t in ("c", "h") if new_vocab is src else ("K", "H"):
+            assert torch.equal(state[name][new_vocab.stoi[t]], fresh[name][new_vocab.stoi[t]]), (name, t)
+    assert all(torch.equal(state[k], old[k]) for k in old if k not in train.VOCAB_ROWS)
+    assert carried["symbols_carried"] == {"src": [4 + 2, len(src)], "tgt": [4 + 2, len(tgt)]}
+
+    run = tmp_path / "run"
+    train.main([*given_args(corpus, run), "--init-from", str(pre / "best.pt"), "--init-vocab", "by-symbol"])
+    continued = torch.load(run / "best.pt", weights_only=False)["data"]["continued_from"]
+    assert continued["symbols_carried"] == carried["symbols_carried"]

@@ -165,8 +165,33 @@ def cosine_lr(tcfg: TrainConfig, step: int, total_steps: int) -> float:
     return tcfg.min_lr + (tcfg.lr - tcfg.min_lr) * 0.5 * (1 + math.cos(math.pi * min(1.0, done)))
 
 
+# The parameters with a row per vocabulary symbol, and which vocabulary ("src" or "tgt").
+VOCAB_ROWS = {"encoder.embed.weight": "src", "decoder.embed.weight": "tgt", "decoder.generator.weight": "tgt",
+              "decoder.generator.bias": "tgt"}
+
+
+def carry_by_symbol(model: Seq2Seq, ckpt: dict, src_itos: list[str], tgt_itos: list[str]) -> dict:
+    """A state dict for `model` (this corpus's vocabularies) from a checkpoint trained on other data (other
+    languages, say): every weight as trained, and in the per-symbol rows (embeddings, output layer) each
+    symbol both vocabularies have carries its row over; a symbol new here keeps its fresh initialization.
+    Returns {"state_dict": ..., "symbols_carried": {"src": [n, of], "tgt": [n, of]}}."""
+    state = {k: v.clone() for k, v in ckpt["state_dict"].items()}
+    fresh = model.state_dict()
+    counts = {}
+    for which, new_itos, old_itos in (("src", src_itos, ckpt["src_vocab"]), ("tgt", tgt_itos, ckpt["tgt_vocab"])):
+        old_index = {t: i for i, t in enumerate(old_itos)}
+        shared = [(i, old_index[t]) for i, t in enumerate(new_itos) if t in old_index]
+        counts[which] = [len(shared), len(new_itos)]
+        for name in (n for n, w in VOCAB_ROWS.items() if w == which):
+            rows = fresh[name].clone()
+            new_ids, old_ids = (torch.tensor(x) for x in zip(*shared))
+            rows[new_ids] = state[name][old_ids]
+            state[name] = rows
+    return {"state_dict": state, "symbols_carried": counts}
+
+
 def train(model_cfg_kwargs: dict, tcfg: TrainConfig, splits, data_desc: dict, out: Path,
-          init_from: Path | None = None, dist: distributed.Dist | None = None) -> dict:
+          init_from: Path | None = None, dist: distributed.Dist | None = None, init_vocab: str = "same") -> dict:
     dist = dist or distributed.Dist()
     torch.manual_seed(tcfg.seed)
     rng = random.Random(tcfg.seed)  # the same batch order on every rank
@@ -176,17 +201,22 @@ def train(model_cfg_kwargs: dict, tcfg: TrainConfig, splits, data_desc: dict, ou
     tgt_vocab = Vocab.build(p.tgt for p in splits["train"])
     cfg = ModelConfig(src_vocab_size=len(src_vocab), tgt_vocab_size=len(tgt_vocab), **model_cfg_kwargs)
     model = Seq2Seq(cfg)
-    if init_from:  # continue training a checkpoint (e.g. with a lower learning rate)
+    if init_from:  # continue training a checkpoint: with a lower learning rate, say, or on other data
         ckpt = torch.load(init_from, map_location="cpu", weights_only=False)
         if "members" in ckpt:
             raise SystemExit(f"{init_from} is an ensemble's checkpoint: --init-from takes one model's")
-        if ckpt["src_vocab"] != src_vocab.itos or ckpt["tgt_vocab"] != tgt_vocab.itos:
-            raise SystemExit(f"{init_from}: vocabularies differ from this corpus's")
-        cfg = ModelConfig(**ckpt["model_config"])
+        same = ckpt["src_vocab"] == src_vocab.itos and ckpt["tgt_vocab"] == tgt_vocab.itos
+        if not same and init_vocab == "same":
+            raise SystemExit(f"{init_from}: vocabularies differ from this corpus's "
+                             f"(--init-vocab by-symbol carries the shared symbols' rows over)")
+        cfg = ModelConfig(**{**ckpt["model_config"], "src_vocab_size": len(src_vocab),
+                             "tgt_vocab_size": len(tgt_vocab)})
         model = Seq2Seq(cfg)
-        model.load_state_dict(ckpt["state_dict"])
+        carried = {} if same else carry_by_symbol(model, ckpt, src_vocab.itos, tgt_vocab.itos)
+        model.load_state_dict(ckpt["state_dict"] if same else carried.pop("state_dict"))
         data_desc = {**data_desc, "continued_from": {"checkpoint": str(init_from), "epoch": ckpt["epoch"],
-                                                     "dev_wer": ckpt["dev_wer"], "history": ckpt["history"]}}
+                                                     "dev_wer": ckpt["dev_wer"], "history": ckpt["history"],
+                                                     **carried}}
     model.to(dist.device)
     # DDP averages the gradients in backward; `model` stays the plain module (checkpoints, decoding).
     step_model = (torch.nn.parallel.DistributedDataParallel(model, device_ids=[dist.device.index]
@@ -306,6 +336,9 @@ def parse_args(argv=None):
     p.add_argument("--keep-stress", action="store_true", help="keep CMUdict stress digits")
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--init-from", type=Path, help="continue from this checkpoint (its model config is used)")
+    p.add_argument("--init-vocab", choices=["same", "by-symbol"], default="same",
+                   help="same: --init-from's vocabularies must be this corpus's; by-symbol: a checkpoint trained on "
+                   "other data, whose shared symbols carry their embedding and output rows over")
     p.add_argument("--train-targets", type=Path, help="source<TAB>target file replacing the training pairs: "
                    "a teacher's outputs (python -m training.distill); dev and test keep their references")
     for field, default in ModelConfig.__dataclass_fields__.items():
@@ -341,7 +374,7 @@ def main(argv=None):
     dist = distributed.setup(tcfg.device)
     # No teardown after an exception: the other ranks may be inside a collective, which a
     # barrier or destroy_process_group would then hang; the launcher ends them.
-    result = train(model_kwargs, tcfg, splits, desc, args.out, args.init_from, dist)
+    result = train(model_kwargs, tcfg, splits, desc, args.out, args.init_from, dist, args.init_vocab)
     distributed.teardown(dist)
     if dist.main:
         print(json.dumps(result), flush=True)
