@@ -141,6 +141,13 @@ sigmorphon: $(VENV)/.dev-installed
 	seq $(SIGMORPHON_JOBS) | xargs -P $(SIGMORPHON_JOBS) -I{} nice -n 10 $(PY) -m training.sigmorphon \
 	  $(if $(SIGMORPHON_LANGS),--langs $(SIGMORPHON_LANGS))
 
+# The low languages again, each pretrained on the task's other languages first: not under the subtask's rules,
+# a row of its own in docs/sigmorphon.md (training/sigmorphon_transfer.py); models in models-transfer/.
+.PHONY: sigmorphon-transfer
+sigmorphon-transfer: $(VENV)/.dev-installed
+	seq $(SIGMORPHON_JOBS) | xargs -P $(SIGMORPHON_JOBS) -I{} nice -n 10 $(PY) -m training.sigmorphon_transfer \
+	  $(if $(SIGMORPHON_LANGS),--langs $(SIGMORPHON_LANGS))
+
 # Several checkpoints export their ensemble (training/ensemble.py), e.g.
 #   make export EXPORT_CHECKPOINTS="runs/seed1/best.pt runs/seed2/best.pt" MODEL_VERSION=2
 EXPORT_CHECKPOINTS ?= runs/g2p-en-gpu/stage2/best.pt

@@ -4,6 +4,9 @@ beside the figures docs/sigmorphon.md shows (each manifest's task_scores, taken 
     make serve &                                   # every model of models/
     .venv/bin/python scripts/sigmorphon_served.py --server localhost:50051
 
+    make serve MODEL_REPOSITORY=models-transfer &  # the low models pretrained on other languages (their own row)
+    .venv/bin/python scripts/sigmorphon_served.py --server localhost:50051 --repository models-transfer
+
 One JSON line per language, then how many of the figures the server gave equal the table's.
 """
 from __future__ import annotations
@@ -17,7 +20,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from training.sigmorphon import BEAM, DATA, LANGS, MODELS  # noqa: E402
+from training.sigmorphon import BEAM, DATA, LANGS  # noqa: E402
+from training.sigmorphon_transfer import SUFFIX  # noqa: E402
 
 
 def served_wer(server: str, model: str, gold: Path, beam: int) -> float:
@@ -30,10 +34,14 @@ def served_wer(server: str, model: str, gold: Path, beam: int) -> float:
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--server", default="localhost:50051")
+    p.add_argument("--repository", type=Path, default=REPO / "models", help="the model repository the server serves")
     args = p.parse_args(argv)
     same = total = 0
-    for lang, (subtask, name, _) in sorted(LANGS.items(), key=lambda kv: (kv[1][0], kv[0])):
-        table = json.loads((MODELS / name / "1" / "manifest.json").read_text())["task_scores"]["test"]
+    for lang, (subtask, base, _) in sorted(LANGS.items(), key=lambda kv: (kv[1][0], kv[0])):
+        name = next((n for n in (base, base + SUFFIX) if (args.repository / n / "1" / "manifest.json").exists()), None)
+        if name is None:  # models-transfer holds the low languages only
+            continue
+        table = json.loads((args.repository / name / "1" / "manifest.json").read_text())["task_scores"]["test"]
         row = {"lang": lang, "model": name}
         for beam, key in ((1, "greedy"), (BEAM, f"beam{BEAM}")):
             got = served_wer(args.server, name, DATA / subtask / f"{lang}_test.tsv", beam)

@@ -5,9 +5,10 @@ import json
 import random
 
 import pytest
+import torch
 
 from service.engine.bundle import load_bundle
-from training import evaluate, sigmorphon, sigmorphon_table
+from training import evaluate, sigmorphon, sigmorphon_table, sigmorphon_transfer
 from training.sigmorphon import Recipe
 
 PHONES = {"a": "A", "b": "B", "c": "K", "d": "D", "e": "E", "f": "F"}
@@ -27,7 +28,9 @@ def task(tmp_path, monkeypatch):
                      *sigmorphon.COSINE), seeds=(1, 2))
     for module in (sigmorphon, sigmorphon_table):
         monkeypatch.setattr(module, "LANGS", langs)
-        monkeypatch.setattr(module, "MODELS", tmp_path / "models")
+    monkeypatch.setattr(sigmorphon, "MODELS", tmp_path / "models")
+    monkeypatch.setattr(sigmorphon_transfer, "MODELS", tmp_path / "models-transfer")
+    monkeypatch.setattr(sigmorphon_transfer, "RUNS", tmp_path / "runs-transfer")
     monkeypatch.setattr(sigmorphon, "DATA", tmp_path / "data")
     monkeypatch.setattr(sigmorphon, "RUNS", tmp_path / "runs")
     monkeypatch.setattr(sigmorphon, "RECIPES", {"low": recipe})
@@ -88,3 +91,43 @@ def test_a_second_driver_passes_over_a_language_another_is_building(task, monkey
         sigmorphon.main([])  # every language: this one passed over, nothing trained
     assert "tiny: another python -m training.sigmorphon is building it" in capsys.readouterr().out
     assert not (task / "runs" / "tiny" / "seed1").exists() and not (task / "models" / "g2p-tiny").exists()
+
+
+def test_transfer_models_pretrain_on_the_other_languages_and_get_a_row_of_their_own(task, monkeypatch):
+    """training/sigmorphon_transfer.py: one model pretrained on every low and medium train file but Korean's,
+    with no source of a low test file in it; the low language's recipe continues from it and its bundle
+    goes to models-transfer/<name>-transfer/1; the table gives it a section of its own, the rule-abiding
+    section unchanged."""
+    rng = random.Random(5)
+    (task / "data" / "medium").mkdir()
+    low_test = [line.split("\t")[0] for line in (task / "data" / "low" / "tiny_test.tsv").read_text().splitlines()]
+    for lang, letters in (("mid", "abcdxy"), ("kor", "abcz")):
+        words = sorted({"".join(rng.choice(letters) for _ in range(rng.randint(2, 5))) for _ in range(150)})
+        words = [w for w in words if w not in low_test][:100] + low_test[:3]  # three test words of the low language
+        for split in ("train", "dev", "test"):
+            (task / "data" / "medium" / f"{lang}_{split}.tsv").write_text(
+                "".join(f"{w}\t{' '.join(c.upper() for c in w)}\n" for w in words), encoding="utf-8")
+    langs = {**sigmorphon.LANGS, "mid": ("medium", "g2p-mid", 5.0), "kor": ("medium", "g2p-kor", 5.0)}
+    for module in (sigmorphon, sigmorphon_table):
+        monkeypatch.setattr(module, "LANGS", langs)
+    monkeypatch.setattr(sigmorphon_transfer, "PRETRAIN_FLAGS", sigmorphon.RECIPES["low"].flags)
+    monkeypatch.setattr(sigmorphon, "DOC", task / "sigmorphon.md")
+
+    sigmorphon_transfer.main([])
+    pretraining = (task / "runs-transfer" / "pretrain_train.tsv").read_text(encoding="utf-8").splitlines()
+    sources = {line.split("\t")[0] for line in pretraining}
+    assert not sources & set(low_test)  # no test word of a low language, in any language
+    assert not any("z" in s for s in sources)  # nothing of Korean's
+    assert len(pretraining) == 200 + 100  # tiny's train file, and mid's less the three test words
+    bundle = task / "models-transfer" / "g2p-tiny-transfer" / "1"
+    manifest = load_bundle(bundle).manifest
+    assert manifest["name"] == "g2p-tiny-transfer" and manifest["task_scores"]["members"] == 2
+    assert "pretrained on the train files" in manifest["outside_data"]
+    member = torch.load(task / "runs-transfer" / "tiny" / "seed1" / "best.pt", weights_only=False)
+    assert member["data"]["continued_from"]["symbols_carried"]["src"][0] > 4  # letters carried over, specials too
+    assert not (task / "models" / "g2p-tiny").exists()  # the rule-abiding model is not built by it
+    doc = (task / "sigmorphon.md").read_text(encoding="utf-8")
+    assert "## low, pretrained on the other languages (its own row)" in doc
+    row = next(line for line in doc.splitlines() if "`g2p-tiny-transfer`" in line)
+    assert f"| {manifest['task_scores']['test']['greedy']:.2f} |" in row
+    assert "beside the target of <= 24.00 for models under the subtask's rules" in doc

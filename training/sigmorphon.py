@@ -97,30 +97,55 @@ LANG_FLAGS = {"kor": (("--source-form", "nfd"), "Hangul syllables decomposed int
               "dut": SHORT_MEDIUM, "jpn_hira": SHORT_MEDIUM, "geo": SHORT_MEDIUM}
 
 
+@dataclass(frozen=True)
+class Variant:
+    """How a language's models are made: the rule-abiding ones (the default: models/, runs/sigmorphon/) or
+    otherwise (training/sigmorphon_transfer.py): where the runs and the bundle go, a suffix to the model's
+    name, and flags added to the recipe's."""
+    runs: Path | None = None  # None: RUNS
+    models: Path | None = None  # None: MODELS
+    suffix: str = ""
+    flags: tuple[str, ...] = ()
+    outside_data: str = ""  # what else its models learned from (the rules allow nothing), for their manifests
+
+    def run_dir(self, lang: str) -> Path:
+        return (self.runs or RUNS) / lang
+
+    def name(self, lang: str) -> str:
+        return LANGS[lang][1] + self.suffix
+
+    def bundle(self, lang: str) -> Path:
+        return (self.models or MODELS) / self.name(lang) / "1"
+
+
+RULES = Variant()
+
+
 def files(lang: str) -> dict[str, Path]:
     subtask = LANGS[lang][0]
     return {split: DATA / subtask / f"{lang}_{split}.tsv" for split in ("train", "dev", "test")}
 
 
-def train_seed(lang: str, seed: int, recipe: Recipe) -> Path:
+def train_seed(lang: str, seed: int, recipe: Recipe, variant: Variant = RULES) -> Path:
     """One training run (skipped when its result.json exists); returns its best checkpoint."""
-    out = RUNS / lang / f"seed{seed}"
+    runs = variant.run_dir(lang)
+    out = runs / f"seed{seed}"
     if not (out / "result.json").exists():
         f = files(lang)
         argv = [sys.executable, "-m", "training.train", "--corpus", "tsv", "--train-tsv", str(f["train"]),
                 "--dev-tsv", str(f["dev"]), "--test-tsv", str(f["test"]), "--out", str(out), "--seed", str(seed),
-                *recipe.flags, *LANG_FLAGS.get(lang, ((), ""))[0]]
+                *recipe.flags, *LANG_FLAGS.get(lang, ((), ""))[0], *variant.flags]
         if recipe.cmudict_ipa:
             from training.sigmorphon_english import write_targets
 
-            targets = RUNS / lang / "train_plus_cmudict_ipa.tsv"
+            targets = runs / "train_plus_cmudict_ipa.tsv"
             print(f"{lang}: {write_targets(f['train'], [f['dev'], f['test']], targets)} in {targets}", flush=True)
             argv += ["--train-targets", str(targets)]
         out.mkdir(parents=True, exist_ok=True)
-        with (RUNS / lang / f"seed{seed}.log").open("w") as log:
+        with (runs / f"seed{seed}.log").open("w") as log:
             print(f"{lang} seed {seed}: training, log {log.name}", flush=True)
             subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT, check=True, cwd=REPO)
-        last = (RUNS / lang / f"seed{seed}.log").read_text().strip().splitlines()[-1]
+        last = (runs / f"seed{seed}.log").read_text().strip().splitlines()[-1]
         (out / "result.json").write_text(last + "\n")
     return out / "best.pt"
 
@@ -196,11 +221,11 @@ class Busy(Exception):
 
 
 @contextmanager
-def sole_driver(lang: str):
+def sole_driver(lang: str, variant: Variant = RULES):
     """One driver per language: two would train into, and export from, one run directory (one's early
     best.pt under the other's export). Several drivers share out the languages (`make sigmorphon
     SIGMORPHON_JOBS=2`): each passes over those another one holds."""
-    path = RUNS / lang / "driver.lock"
+    path = variant.run_dir(lang) / "driver.lock"
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w") as lock:
         try:
@@ -210,26 +235,26 @@ def sole_driver(lang: str):
         yield
 
 
-def build(lang: str) -> Path:
+def build(lang: str, variant: Variant = RULES) -> Path:
     """Train what is missing, export, quantize and score; models/<name>/1 when done."""
-    with sole_driver(lang):
-        return _build(lang)
+    with sole_driver(lang, variant):
+        return _build(lang, variant)
 
 
-def _build(lang: str) -> Path:
+def _build(lang: str, variant: Variant) -> Path:
     from service.engine.bundle import load_bundle, write_manifest
     from training.export import build_bundle, parity_ok
 
-    subtask, name, baseline = LANGS[lang]
-    target = MODELS / name / "1"
+    subtask, _, baseline = LANGS[lang]
+    name, target, runs = variant.name(lang), variant.bundle(lang), variant.run_dir(lang)
     recipe = RECIPES[subtask]
     if (target / "manifest.json").exists():  # done, unless the recipe now asks for more members
         done = json.loads((target / "manifest.json").read_text()).get("task_scores", {})
         if done.get("members") == len(recipe.seeds):
             return target
     started = time.time()
-    checkpoints = [train_seed(lang, seed, recipe) for seed in recipe.seeds]
-    staging = RUNS / lang / "bundle" / "1"
+    checkpoints = [train_seed(lang, seed, recipe, variant) for seed in recipe.seeds]
+    staging = runs / "bundle" / "1"
     shutil.rmtree(staging.parent, ignore_errors=True)
     manifest = build_bundle(checkpoints if len(checkpoints) > 1 else checkpoints[0], staging, name, "1",
                             parity_words=1000)
@@ -240,15 +265,18 @@ def _build(lang: str) -> Path:
     precision = served_precision(keep_int8_if_free(staging), "auto")
     scores = task_scores(staging, lang, precision)
     manifest = {k: v for k, v in load_bundle(staging).manifest.items() if k != "files"}
-    shutil.move(staging / "checkpoint.pt", RUNS / lang / "checkpoint.pt")
+    shutil.move(staging / "checkpoint.pt", runs / "checkpoint.pt")
     manifest["task_scores"] = {
         "scorer": "SIGMORPHON 2021 Task 1: WER %, a word right when its segments equal the gold ones; "
                   "through the engine, lexicon not consulted", "precision": precision, **scores,
         "baseline_test_wer": baseline, "subtask": subtask, "language": lang,
         "members": len(checkpoints), "minutes": round((time.time() - started) / 60, 1)}
+    if variant.outside_data:
+        manifest["outside_data"] = variant.outside_data
     manifest["language"] = lang  # the task's tag: what the server's text rules key on (service/answering/textrules.py)
-    manifest["checkpoint"] = (f"not shipped: python -m training.sigmorphon --langs {lang} writes it to "
-                              f"runs/sigmorphon/{lang}/checkpoint.pt")
+    where = runs.relative_to(REPO) if runs.is_relative_to(REPO) else runs
+    driver = "sigmorphon" if variant == RULES else "sigmorphon_transfer"
+    manifest["checkpoint"] = f"not shipped: python -m training.{driver} --langs {lang} writes it to {where}/checkpoint.pt"
     write_manifest(staging, manifest)
     shutil.rmtree(target, ignore_errors=True)
     target.parent.mkdir(parents=True, exist_ok=True)
