@@ -23,7 +23,7 @@ BENTOML_VENV := build/bentoml-venv
 # while the server runs is verified and served within that many seconds, without a restart.
 MODEL_POLL_S ?= 5
 serve: $(VENV)/.serve-installed
-	$(VENV)/bin/attnserve-server --model-repository $(MODEL_REPOSITORY) --default-model $(DEFAULT_MODEL) --model-poll-s $(MODEL_POLL_S)
+	$(VENV)/bin/attnserve-server --model-repository $(MODEL_REPOSITORY) --default-model "$(DEFAULT_MODEL)" --model-poll-s $(MODEL_POLL_S)
 
 test: system-deps $(VENV)/.dev-installed
 	$(PY) -m pytest -q

@@ -4,7 +4,7 @@ beside the figures docs/sigmorphon.md shows (each manifest's task_scores, taken 
     make serve &                                   # every model of models/
     .venv/bin/python scripts/sigmorphon_served.py --server localhost:50051
 
-    make serve MODEL_REPOSITORY=models-transfer &  # the low models pretrained on other languages (their own row)
+    make serve MODEL_REPOSITORY=models-transfer DEFAULT_MODEL= &   # low models pretrained on other languages
     .venv/bin/python scripts/sigmorphon_served.py --server localhost:50051 --repository models-transfer
 
 One JSON line per language, then how many of the figures the server gave equal the table's.

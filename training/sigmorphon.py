@@ -276,7 +276,8 @@ def _build(lang: str, variant: Variant) -> Path:
     manifest["language"] = lang  # the task's tag: what the server's text rules key on (service/answering/textrules.py)
     where = runs.relative_to(REPO) if runs.is_relative_to(REPO) else runs
     driver = "sigmorphon" if variant == RULES else "sigmorphon_transfer"
-    manifest["checkpoint"] = f"not shipped: python -m training.{driver} --langs {lang} writes it to {where}/checkpoint.pt"
+    manifest["checkpoint"] = (f"not shipped: python -m training.{driver} --langs {lang} writes it to "
+                              f"{where}/checkpoint.pt")
     write_manifest(staging, manifest)
     shutil.rmtree(target, ignore_errors=True)
     target.parent.mkdir(parents=True, exist_ok=True)

@@ -90,7 +90,7 @@ def recipe_lines() -> list[str]:
 TRANSFER = """Not under the subtask's rules, so beside the low table, never in place of it: each low language's
 recipe started from one model pretrained on the train files of the task's other low and medium languages
 (training/sigmorphon_transfer.py: Korean and every source of a low test file left out of that data).
-The models are in `models-transfer/`, served by `make serve MODEL_REPOSITORY=models-transfer` and scored
+The models are in `models-transfer/`, served by `make serve MODEL_REPOSITORY=models-transfer DEFAULT_MODEL=` and scored
 through it by `scripts/sigmorphon_served.py --repository models-transfer`.
 """
 

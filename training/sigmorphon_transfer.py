@@ -14,7 +14,7 @@ language. Then each low language's recipe (the rule-abiding model's architecture
 continues from it on that language's own train file, early-stopped on its dev file (`--init-from`,
 `--init-vocab by-symbol`), and is exported, quantized and scored as training/sigmorphon.py does, into
 models-transfer/<name>-transfer/1: a model repository of its own, which `make serve` leaves out
-(`make serve MODEL_REPOSITORY=models-transfer` serves it). Runs go to runs/sigmorphon-transfer/.
+(`make serve MODEL_REPOSITORY=models-transfer DEFAULT_MODEL=` serves it). Runs go to runs/sigmorphon-transfer/.
 """
 from __future__ import annotations
 
