@@ -231,7 +231,7 @@ def sole_driver(lang: str, variant: Variant = RULES):
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise Busy(f"{lang}: another python -m training.sigmorphon is building it ({path} is locked)") from None
+            raise Busy(f"{lang}: another driver is building it ({path} is locked)") from None
         yield
 
 
