@@ -95,7 +95,7 @@ def make_serve_argv() -> list[str]:
     variables = dict(re.findall(r"^(\w+) \?= (.*)$", makefile, re.M))
     recipe = re.search(r"^serve:.*\n\t(.*)$", makefile, re.M).group(1)
     recipe = re.sub(r"\$\((\w+)\)", lambda m: variables.get(m.group(1), m.group(0)), recipe)
-    words = recipe.split()
+    words = shlex.split(recipe)  # as the shell reads the recipe: quotes and all
     return words[[w.endswith("/attnserve-server") for w in words].index(True) + 1:]
 
 
