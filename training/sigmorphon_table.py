@@ -81,6 +81,11 @@ def recipe_lines() -> list[str]:
         r = RECIPES[subtask]
         extra = "; plus CMUdict in the task's IPA, marked (training/sigmorphon_english.py)" if r.cmudict_ipa else ""
         lines.append(f"- **{subtask}** (seeds {', '.join(map(str, r.seeds))}{extra}): `{' '.join(r.flags)}`")
+    from training.sigmorphon_transfer import PRETRAIN_FLAGS
+
+    lines.append(f"- **low, pretrained** (its own row; training/sigmorphon_transfer.py): one model pretrained with "
+                 f"`{' '.join(PRETRAIN_FLAGS)}`, then the low recipe from it with `--init-from` and "
+                 f"`--init-vocab by-symbol`")
     lines += ["", "A language's own flags beside its subtask's (training/sigmorphon.py LANG_FLAGS): "
               + "; ".join(f"`{lang}` `{' '.join(flags)}` ({why})" for lang, (flags, why) in sorted(LANG_FLAGS.items()))
               + "."]
