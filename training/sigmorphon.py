@@ -236,7 +236,8 @@ def sole_driver(lang: str, variant: Variant = RULES):
 
 
 def build(lang: str, variant: Variant = RULES) -> Path:
-    """Train what is missing, export, quantize and score; models/<name>/1 when done."""
+    """Train what is missing, export, quantize and score; the variant's bundle (models/<name>/1 for the
+    rule-abiding models) when done."""
     with sole_driver(lang, variant):
         return _build(lang, variant)
 
