@@ -85,11 +85,38 @@ def test_onnx_loop_decodes_exactly_as_the_step_loop(tiny_bundle):
     letters = loop.src_vocab[4:]
     words = [list(rng.choice(letters, size=rng.integers(1, 15))) for _ in range(60)]
     limits = [int(n) for n in rng.integers(0, 14, size=60)]  # 0 = the engine's cap
-    modes = [int(k) for k in rng.integers(0, 3, size=60)]  # soft, hard, top-2
-    for a, b in zip(loop.decode(words, limits, modes), steps.decode(words, limits, modes)):
-        assert a.output_ids == b.output_ids and a.finished == b.finished
-        assert a.attn.shape == b.attn.shape and np.allclose(a.attn, b.attn, atol=1e-5)
-        assert a.score == pytest.approx(b.score, abs=1e-4)
+    # Soft rows only (the Loop), then soft, hard and top-2 rows together (the step loop: see below).
+    for modes in ([0] * 60, [int(k) for k in rng.integers(0, 3, size=60)]):
+        for a, b in zip(loop.decode(words, limits, modes), steps.decode(words, limits, modes)):
+            assert a.output_ids == b.output_ids and a.finished == b.finished
+            assert a.attn.shape == b.attn.shape and np.allclose(a.attn, b.attn, atol=1e-5)
+            assert a.score == pytest.approx(b.score, abs=1e-4)
+
+
+def test_the_loop_leaves_the_top_k_work_out_and_answers_bit_for_bit_as_the_whole_graph(tiny_bundle):
+    """The engine's Loop is built around soft_only(step): keep_top_k's nodes are gone (a soft decode
+    needs none), and its answers for soft rows are the whole step graph's Loop's, bit for bit."""
+    import onnx
+    import onnxruntime as ort
+
+    from service.engine.loop_graph import build_greedy_loop, soft_only
+
+    engine = make_engine(tiny_bundle)
+    step = onnx.load(load_bundle(tiny_bundle).graph_path("decoder_step"))
+    soft = soft_only(step)
+    assert "top_k" not in engine._loop_inputs and "top_k" not in [i.name for i in soft.graph.input]
+    assert not [n for n in soft.graph.node if "top_k" in n.input]
+    assert len(soft.graph.node) < len(step.graph.node)
+    whole = ort.InferenceSession(build_greedy_loop(step, engine.eos_id, engine.pad_id).SerializeToString(),
+                                 service.engine.engine._session_options(1), providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(1)
+    words = [list(rng.choice(engine.src_vocab[4:], size=rng.integers(1, 15))) for _ in range(40)]
+    run = engine.encode(words)
+    feeds = {"y_prev": run.y_prev, **run.state, "enc_out": run.enc_out, "keys": run.keys, "pad_mask": run.pad_mask,
+             "top_k": run.top_k, "max_output_len": np.full(len(words), 20, dtype=np.int64)}
+    a = whole.run(None, {i.name: feeds[i.name] for i in whole.get_inputs()})
+    b = engine.greedy_loop.run(None, {n: feeds[n] for n in engine._loop_inputs})
+    assert len(a) == len(b) and all(np.array_equal(x, y) for x, y in zip(a, b))
 
 
 def test_engines_share_the_process_onnxruntime_thread_pool(tiny_bundle, caplog):

@@ -25,7 +25,7 @@ import onnxruntime as ort
 from service.config import EngineConfig
 from service.domain import Decoded
 from service.engine.bundle import Bundle
-from service.engine.loop_graph import build_greedy_loop
+from service.engine.loop_graph import build_greedy_loop, soft_only
 
 log = logging.getLogger(__name__)
 
@@ -199,7 +199,10 @@ class Engine:
         self.decoder = ort.InferenceSession(str(bundle.graph_path("decoder_step" + suffix)), opts, providers=providers)
         self.greedy_loop = None
         if cfg.greedy_loop == "onnx":
-            loop = build_greedy_loop(onnx.load(bundle.graph_path("decoder_step" + suffix)), self.eos_id, self.pad_id)
+            # Around the step without its top-k work where the graph allows (soft rows, the default, then do
+            # none of it); a batch with a hard or top-k row takes the step loop, _step_greedy, instead.
+            step = onnx.load(bundle.graph_path("decoder_step" + suffix))
+            loop = build_greedy_loop(soft_only(step) or step, self.eos_id, self.pad_id)
             self.greedy_loop = ort.InferenceSession(loop.SerializeToString(), opts, providers=providers)
         self._loop_inputs = [i.name for i in self.greedy_loop.get_inputs()] if self.greedy_loop else []
         self._loop_outputs = [o.name for o in self.greedy_loop.get_outputs()] if self.greedy_loop else []
@@ -278,7 +281,8 @@ class Engine:
         cap = self.cfg.max_output_len
         limits = np.array([min(n or cap, cap) for n in (max_output_lens or [cap] * len(sources))])  # (B,)
         run = self.encode(sources, top_k)
-        loop = self._loop_greedy if self.greedy_loop is not None else self._step_greedy
+        loop_serves = "top_k" in self._loop_inputs or not run.top_k.any()  # a soft-only Loop: soft rows only
+        loop = self._loop_greedy if self.greedy_loop is not None and loop_serves else self._step_greedy
         ids, steps, score, attn = loop(run, limits)
         return [self.result(sources[b], ids[b, :steps[b]], None if attn is None else attn[b], float(score[b]),
                             None if run.self_attn is None else run.self_attn[b]) for b in range(len(sources))]

@@ -1,9 +1,10 @@
 """Greedy decoding as one ONNX graph: an ONNX `Loop` around the bundle's decoder step.
 
 Built when the engine loads, from whichever decoder-step graph it serves (fp32 or
-int8): the step graph stays the one artifact, and its nodes become the Loop's body
-unchanged, with argmax, the running score and the stop test (</s> or each row's
-length limit) added around them. One onnxruntime call then decodes a whole batch,
+int8): the step graph stays the one artifact, and its nodes become the Loop's body,
+with argmax, the running score and the stop test (</s> or each row's length limit)
+added around them. The engine builds it around `soft_only(step)`: the step without
+the hard / top-k attention nodes, which a soft row (the default) never needs. One onnxruntime call then decodes a whole batch,
 instead of one call per step with numpy between. The server uses it for
 request-level batching; continuous batching and beam search need the Python step
 loop (rows join, leave and reorder between steps), so both paths stay, and export
@@ -70,6 +71,56 @@ def _greedy_body(step: onnx.GraphProto, state: list[str], has_attn: bool, eos_id
                + [_value("loop_done_next", BOOL), _value("loop_steps_next", I64), _value("loop_score_next", F),
                   _value("loop_out_y", I64)] + ([_value("attn", F)] if has_attn else []))
     return oh.make_graph(nodes, "greedy_step", inputs, outputs, initializer=list(step.initializer))
+
+
+def _is_soft_test(name: str, producers: dict, consts: dict) -> bool:
+    """Whether tensor `name` is keep_top_k's `top_k[:, None] == 0` (training/model.py), as exported."""
+    node = producers.get(name)
+    if node is None or node.op_type != "Equal":
+        return False
+    a, b = (producers.get(i) for i in node.input)
+    for unsqueezed, zero in ((a, node.input[1]), (b, node.input[0])):
+        if (unsqueezed is not None and unsqueezed.op_type == "Unsqueeze" and unsqueezed.input[0] == "top_k"
+                and zero in consts and not consts[zero].any()):
+            return True
+    return False
+
+
+def soft_only(step: onnx.ModelProto) -> onnx.ModelProto | None:
+    """The decoder step with every row soft (top_k 0): keep_top_k's last choice, `Where(top_k == 0,
+    attn, kept)`, becomes `attn`, and the nodes that only fed `kept` go, so a soft decode (the default)
+    does no top-k work. The same values as the whole graph's for soft rows: a Where passes its first
+    branch through untouched. None when the graph does not have that shape (no top_k, or top_k read
+    anywhere else)."""
+    graph = step.graph
+    if "top_k" not in {i.name for i in graph.input}:
+        return None
+    producers = {o: n for n in graph.node for o in n.output}
+    consts = {n.output[0]: numpy_helper.to_array(n.attribute[0].t) for n in graph.node
+              if n.op_type == "Constant" and n.attribute and n.attribute[0].name == "value"}
+    consts.update({t.name: numpy_helper.to_array(t) for t in graph.initializer})
+    nodes = []
+    for n in graph.node:  # ONNX keeps nodes in topological order
+        if n.op_type == "Where" and _is_soft_test(n.input[0], producers, consts):
+            n = oh.make_node("Identity", [n.input[1]], [n.output[0]], name=n.name + "/soft")
+        nodes.append(n)
+    needed = {o.name for o in graph.output}
+    kept = []
+    for n in reversed(nodes):  # backwards from the outputs: what they need
+        if any(o in needed for o in n.output):
+            kept.append(n)
+            needed.update(i for i in n.input if i)
+    if "top_k" in needed:
+        return None
+    kept.reverse()
+    inputs = [i for i in graph.input if i.name != "top_k"]
+    initializers = [t for t in graph.initializer if t.name in needed]
+    g = oh.make_graph(kept, graph.name + "_soft", inputs, list(graph.output), initializer=initializers)
+    model = oh.make_model(g, opset_imports=list(step.opset_import), ir_version=step.ir_version)
+    for field in ("domain", "model_version", "producer_name", "producer_version"):
+        setattr(model, field, getattr(step, field))
+    onnx.checker.check_model(model)
+    return model
 
 
 def build_greedy_loop(step: onnx.ModelProto, eos_id: int, pad_id: int) -> onnx.ModelProto:
