@@ -118,6 +118,14 @@ def test_the_loop_leaves_the_top_k_work_out_and_answers_bit_for_bit_as_the_whole
     b = engine.greedy_loop.run(None, {n: feeds[n] for n in engine._loop_inputs})
     assert len(a) == len(b) and all(np.array_equal(x, y) for x, y in zip(a, b))
 
+    # Beside hard and top-2 rows (which take the step loop), a soft row still takes the Loop: the same
+    # answer as in an all-soft batch, to the last bit of its score.
+    modes = [0, 1, 0, 2] * 10
+    alone, mixed = engine.decode(words), engine.decode(words, top_k=modes)
+    for a, b, k in zip(alone, mixed, modes):
+        if k == 0:
+            assert a.output_ids == b.output_ids and a.score == b.score and np.array_equal(a.attn, b.attn)
+
 
 def test_engines_share_the_process_onnxruntime_thread_pool(tiny_bundle, caplog):
     make_engine(tiny_bundle).decode([list("cat")])  # the process's pool exists from here on

@@ -281,11 +281,27 @@ class Engine:
         cap = self.cfg.max_output_len
         limits = np.array([min(n or cap, cap) for n in (max_output_lens or [cap] * len(sources))])  # (B,)
         run = self.encode(sources, top_k)
-        loop_serves = "top_k" in self._loop_inputs or not run.top_k.any()  # a soft-only Loop: soft rows only
-        loop = self._loop_greedy if self.greedy_loop is not None and loop_serves else self._step_greedy
-        ids, steps, score, attn = loop(run, limits)
-        return [self.result(sources[b], ids[b, :steps[b]], None if attn is None else attn[b], float(score[b]),
-                            None if run.self_attn is None else run.self_attn[b]) for b in range(len(sources))]
+        results: list[Decoded | None] = [None] * len(sources)
+        for rows, loop in self._loops(run):
+            part = run if len(rows) == len(run) else run.select(rows)
+            ids, steps, score, attn = loop(part, limits[rows])
+            for j, b in enumerate(rows):
+                results[b] = self.result(sources[b], ids[j, :steps[j]], None if attn is None else attn[j],
+                                         float(score[j]), None if part.self_attn is None else part.self_attn[j])
+        return results
+
+    def _loops(self, run: Running) -> list[tuple[np.ndarray, object]]:
+        """(rows, the loop that decodes them). A Loop built around soft_only(step) serves soft rows only: the
+        others take the step loop, apart, so that a row goes the same way whatever its neighbours' modes
+        (one answer per input, to the last bit of its score)."""
+        every = np.arange(len(run))
+        if self.greedy_loop is None:
+            return [(every, self._step_greedy)]
+        if "top_k" in self._loop_inputs:
+            return [(every, self._loop_greedy)]
+        soft = run.top_k == 0
+        return [(rows, loop) for rows, loop in ((every[soft], self._loop_greedy), (every[~soft], self._step_greedy))
+                if len(rows)]
 
     def _loop_greedy(self, run: Running, limits: np.ndarray):
         """All steps in one call to the ONNX Loop graph: ids (B, T), steps (B,), score (B,), attn (B, T, S)."""
