@@ -200,7 +200,7 @@ class Engine:
         self.greedy_loop = None
         if cfg.greedy_loop == "onnx":
             # Around the step without its top-k work where the graph allows (soft rows, the default, then do
-            # none of it); a batch with a hard or top-k row takes the step loop, _step_greedy, instead.
+            # none of it); hard and top-k rows take the step loop, _step_greedy, apart (see _loops).
             step = onnx.load(bundle.graph_path("decoder_step" + suffix))
             loop = build_greedy_loop(soft_only(step) or step, self.eos_id, self.pad_id)
             self.greedy_loop = ort.InferenceSession(loop.SerializeToString(), opts, providers=providers)
