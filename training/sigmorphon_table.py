@@ -103,7 +103,7 @@ through it by `scripts/sigmorphon_served.py --repository models-transfer`.
 def transfer_lines() -> list[str]:
     from training import sigmorphon_transfer
 
-    variant = sigmorphon_transfer.variant(sigmorphon_transfer.RUNS / "pretrained" / "best.pt")
+    variant = sigmorphon_transfer.variant()
     if not any(scores(lang, variant) for lang in sigmorphon_transfer.low_langs()):
         return []
     lines = subtask_lines("low", variant, "low, pretrained on the other languages (its own row)")

@@ -64,7 +64,7 @@ def pretraining_files(out: Path) -> dict[str, Path]:
 def pretrain() -> Path:
     """The pretrained model (trained when its result.json is missing); returns its best checkpoint. A second
     driver (`make sigmorphon-transfer SIGMORPHON_JOBS=2`) waits here for the first's pretraining."""
-    out = RUNS / "pretrained"
+    out = pretrained_checkpoint().parent
     RUNS.mkdir(parents=True, exist_ok=True)
     with (RUNS / "pretrain.lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
@@ -77,12 +77,16 @@ def pretrain() -> Path:
                                 str(f["train"]), "--dev-tsv", str(f["dev"]), "--out", str(out), "--seed", "1",
                                 *PRETRAIN_FLAGS], stdout=stream, stderr=subprocess.STDOUT, check=True, cwd=REPO)
             (out / "result.json").write_text(log.read_text().strip().splitlines()[-1] + "\n")
-    return out / "best.pt"
+    return pretrained_checkpoint()
 
 
-def variant(pretrained: Path) -> sigmorphon.Variant:
+def pretrained_checkpoint() -> Path:
+    return RUNS / "pretrained" / "best.pt"
+
+
+def variant() -> sigmorphon.Variant:
     return sigmorphon.Variant(runs=RUNS, models=MODELS, suffix=SUFFIX,
-                              flags=("--init-from", str(pretrained), "--init-vocab", "by-symbol"),
+                              flags=("--init-from", str(pretrained_checkpoint()), "--init-vocab", "by-symbol"),
                               outside_data=OUTSIDE_DATA)
 
 
@@ -92,7 +96,8 @@ def main(argv=None):
     args = p.parse_args(argv)
     from training.sigmorphon_table import write_table
 
-    v = variant(pretrain())
+    pretrain()
+    v = variant()
     for lang in args.langs or low_langs():
         try:
             sigmorphon.build(lang, v)

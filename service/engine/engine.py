@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import unicodedata
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -290,7 +291,7 @@ class Engine:
                                          float(score[j]), None if part.self_attn is None else part.self_attn[j])
         return results
 
-    def _loops(self, run: Running) -> list[tuple[np.ndarray, object]]:
+    def _loops(self, run: Running) -> list[tuple[np.ndarray, Callable]]:
         """(rows, the loop that decodes them). A Loop built around soft_only(step) serves soft rows only: the
         others take the step loop, apart, so that a row goes the same way whatever its neighbours' modes
         (one answer per input, to the last bit of its score)."""

@@ -4,8 +4,9 @@ Built when the engine loads, from whichever decoder-step graph it serves (fp32 o
 int8): the step graph stays the one artifact, and its nodes become the Loop's body,
 with argmax, the running score and the stop test (</s> or each row's length limit)
 added around them. The engine builds it around `soft_only(step)`: the step without
-the hard / top-k attention nodes, which a soft row (the default) never needs. One onnxruntime call then decodes a whole batch,
-instead of one call per step with numpy between. The server uses it for
+the hard / top-k attention nodes, which a soft row (the default) never needs. One
+onnxruntime call then decodes a whole batch, instead of one call per step with numpy
+between. The server uses it for
 request-level batching; continuous batching and beam search need the Python step
 loop (rows join, leave and reorder between steps), so both paths stay, and export
 checks parity with PyTorch through both.
