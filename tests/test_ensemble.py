@@ -72,8 +72,9 @@ def test_a_step_gives_the_members_mean_probability_and_mean_attention(output_b):
     assert torch.allclose(logp.exp().sum(-1), torch.ones(2))
 
 
-def test_an_ensemble_of_copies_decodes_as_the_model_does():
-    a = tiny(3, 10, "additive")
+@pytest.mark.parametrize("output", ["context", "monotonic"])
+def test_an_ensemble_of_copies_decodes_as_the_model_does(output):
+    a = tiny(3, 10, "additive", output=output)  # monotonic: each member steps on its own slice of `align`
     src, src_len = torch.tensor([[4, 5, 6, 7, 8], [9, 10, 11, 0, 0]]), torch.tensor([5, 3])
     tokens, out_len, score, attn = a.greedy(src, src_len, 7)
     e_tokens, e_len, e_score, e_attn = Ensemble([a, a]).greedy(src, src_len, 7)
@@ -90,6 +91,8 @@ def test_members_that_cannot_share_a_state_are_refused_by_name(kw, field):
         EnsembleConfig((ModelConfig(**base), ModelConfig(**{**base, **kw})))
     with pytest.raises(ValueError, match="attention"):
         EnsembleConfig((ModelConfig(**base), ModelConfig(**base, attention="none")))
+    with pytest.raises(ValueError, match="output 'monotonic'.*alignment state"):
+        EnsembleConfig((ModelConfig(**base), ModelConfig(**base, output="monotonic")))
     with pytest.raises(ValueError, match="at least 2"):
         EnsembleConfig((ModelConfig(**base),))
 

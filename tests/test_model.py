@@ -1,4 +1,7 @@
 """The PyTorch model: masking, attention normalisation and every score function."""
+import itertools
+import math
+
 import pytest
 import torch
 
@@ -33,7 +36,7 @@ def test_attention_ignores_padding_and_rows_sum_to_one(cell, attention):
 
 
 @pytest.mark.parametrize("kw", [{}, {"self_attention_heads": 4}, {"attention": "none", "context": "every_step"},
-                                {"output": "mixture"}])
+                                {"output": "mixture"}, {"output": "monotonic"}])
 def test_padding_does_not_change_a_sequence_result(kw):
     """A word decodes the same alone and beside a longer word (bidirectional encoder and self-attention included)."""
     model = tiny(**kw)
@@ -63,6 +66,8 @@ def test_config_errors_name_the_bad_value():
         ModelConfig(src_vocab_size=5, tgt_vocab_size=5, output="hard")
     with pytest.raises(ValueError, match="output 'mixture' .*needs attention"):
         ModelConfig(src_vocab_size=5, tgt_vocab_size=5, attention="none", output="mixture")
+    with pytest.raises(ValueError, match="output 'monotonic' .*needs attention"):
+        ModelConfig(src_vocab_size=5, tgt_vocab_size=5, attention="none", output="monotonic")
 
 
 def test_scaled_dot_is_dot_over_sqrt_h():
@@ -112,3 +117,47 @@ def test_mixture_output_mixes_one_distribution_per_source_position():
         assert one_hot.max(-1).values.tolist() == [1.0, 1.0]
         tgt_in = torch.tensor([[1, 4, 5], [1, 6, 0]])
         assert torch.allclose(model(src, src_len, tgt_in).exp().sum(-1), torch.ones(2, 3), atol=1e-5)
+
+
+def test_monotonic_output_sums_exactly_over_the_alignments_that_never_move_back():
+    """output "monotonic": teacher forcing's log p(y) equals the sum, path by path, over every alignment
+    a_1 <= ... <= a_T (from position 0) of prod_t T_t(a_{t-1} -> a_t) p_t(y_t | a_t), the moves
+    T_t(i -> j) = softmax over j >= i of the step's scores; a padded source changes nothing."""
+    model = tiny(output="monotonic")
+    att = model.decoder.attention
+    scores, per_position = [], []  # each step's (B, S) scores and (B, S, V) log p(y | position)
+    score_fn, mix_fn = att.scores, att._mix
+    att.scores = lambda *a: scores.append(score_fn(*a)) or scores[-1]
+    att._mix = lambda *a: (lambda r: per_position.append(r[2]) or r)(mix_fn(*a))
+    src, src_len = torch.tensor([[4, 5, 6, 0, 0], [6, 7, 8, 9, 10]]), torch.tensor([3, 5])
+    tgt_in, tgt_out = torch.tensor([[1, 4, 5, 6, 7], [1, 4, 4, 4, 4]]), torch.tensor([[4, 5, 6, 7, 2], [4, 4, 4, 4, 2]])
+    with torch.no_grad():
+        log_probs = model(src, src_len, tgt_in)  # (B, T, V)
+    T = tgt_in.size(1)
+    for b in range(2):
+        S = int(src_len[b])
+        paths = []
+        for path in itertools.combinations_with_replacement(range(S), T):  # every non-decreasing sequence
+            lp, i = torch.tensor(0.0), 0
+            for t, j in enumerate(path):
+                s = scores[t][b, :S]
+                lp = lp + s[j] - torch.logsumexp(s[i:], 0) + per_position[t][b, j, tgt_out[b, t]]
+                i = j
+            paths.append(lp)
+        total = log_probs[b].gather(1, tgt_out[b][:, None]).sum()
+        torch.testing.assert_close(total, torch.logsumexp(torch.stack(paths), 0))
+        assert len(paths) == math.comb(S + T - 1, T)
+    with torch.no_grad():  # the first row alone: its padding in the batch above changed nothing
+        alone = model(src[:1, :3], src_len[:1], tgt_in[:1])
+    torch.testing.assert_close(alone[0], log_probs[0])
+
+
+def test_monotonic_hard_attention_never_moves_back():
+    """At inference, hard attention (top_k 1) commits to one position a step; the next step moves from it."""
+    model = tiny(output="monotonic")
+    src, src_len = torch.tensor([[4, 5, 6, 7, 8, 9], [4, 5, 6, 0, 0, 0]]), torch.tensor([6, 3])
+    _, out_len, _, attn = model.greedy(src, src_len, max_len=12, top_k=torch.tensor([1, 1]))
+    for b in range(2):
+        where = attn[b, :int(out_len[b])].argmax(-1).tolist()
+        assert where == sorted(where) and attn[b, :int(out_len[b])].max(-1).values.tolist() == [1.0] * len(where)
+        assert max(where) < int(src_len[b])

@@ -1,7 +1,7 @@
 """Every variant of the design, end to end: trained a few steps, exported with parity, served.
 
 Cells rnn/gru/lstm, uni- and bidirectional encoders, every attention score, the two
-attention-free baselines, encoder self-attention, the mixture output (hard attention marginalized
+attention-free baselines, encoder self-attention, the mixture and monotonic outputs (hard attention marginalized
 in training), and hard / top-k attention at inference
 (asked of every soft-trained attention model through the API).
 """
@@ -14,7 +14,7 @@ import pytest
 from attnserve.v1 import attnserve_pb2 as pb, attnserve_pb2_grpc as pbg
 from service.engine.bundle import load_bundle
 from service.config import BatcherConfig, Config, EngineConfig, ServerConfig
-from service.engine.engine import Engine
+from service.engine.engine import Engine, Running
 from service.server import build_server
 from training import train
 from training.export import build_bundle, parity_ok
@@ -29,6 +29,8 @@ VARIANTS = {  # name: (model flags, batching mode)
                                             self_attention_heads=2), "continuous"),
     "lstm-bi-general-mixture": (dict(cell="lstm", bidirectional=True, attention="general", output="mixture"),
                                 "request"),
+    "lstm-bi-general-monotonic": (dict(cell="lstm", bidirectional=True, attention="general", output="monotonic"),
+                                  "continuous"),
     "gru-bi-none-init": (dict(cell="gru", bidirectional=True, attention="none", context="init"), "continuous"),
     "lstm-uni-none-every_step": (dict(cell="lstm", bidirectional=False, attention="none",
                                       context="every_step"), "request"),
@@ -115,6 +117,29 @@ async def test_variant_trains_exports_with_parity_and_serves(name, small_corpus,
     for r in replies["topk"].results:
         m = matrix(r)
         assert np.allclose(m.sum(axis=1), 1.0, atol=1e-5) and ((m > 0).sum(axis=1) <= 2).all()
+
+    if flags.get("output") == "monotonic":  # the alignment state through the Loop, the step loop and batching
+        for r in replies["hard"].results:
+            where = matrix(r).argmax(axis=1)
+            assert (np.diff(where) >= 0).all(), where  # hard monotonic attention never moves back
+        for greedy_loop in ("onnx", "python"):
+            engine = Engine(load_bundle(model_dir), EngineConfig(greedy_loop=greedy_loop))
+            together = engine.decode([list(w) for w in WORDS])
+            for word, d in zip(WORDS, together):
+                alone = engine.decode([list(word)])[0]
+                assert alone.output_tokens == d.output_tokens and np.isclose(alone.score, d.score, atol=1e-5)
+                assert np.allclose(alone.attn, d.attn, atol=1e-5)
+        # Continuous batching: a row joins another mid-word (its alignment padded to the longer source) and
+        # leaves (trimmed back); each step's log-probabilities are the row's own, as if it ran alone.
+        short, long = engine.encode([list("exit")]), engine.encode([list("phoenix")])
+        lp, _, short = engine.step(short)
+        short.y_prev = lp.argmax(axis=-1)
+        lp_both, _, both = engine.step(Running.concat(short, long))
+        lp_short, _, short = engine.step(short)
+        assert np.allclose(lp_both, np.concatenate([lp_short, engine.step(long)[0]]), atol=1e-5)
+        both.y_prev = lp_both.argmax(axis=-1)
+        short.y_prev = lp_short.argmax(axis=-1)
+        assert np.allclose(engine.step(both.select(np.array([0])))[0], engine.step(short)[0], atol=1e-5)
 
     if flags.get("self_attention_heads"):  # the engine keeps the encoder's self-attention per source
         engine = Engine(load_bundle(model_dir), EngineConfig())

@@ -9,6 +9,7 @@ axis, which keeps the graph interface of a single model:
     enc_out, keys        (B, S, H_1 + ... + H_N)
     h, c                 (L, B, H_1 + ... + H_N)
     feed                 (B, H_1 + ... + H_N)
+    align                (B, S, (1 + V) N)   (output "monotonic": all members or none)
     log p(y | ...)       = logsumexp_i log p_i(y | ...) - log N     (the members' mean probability)
     attn                 = the members' mean attention               (B, S)
 
@@ -39,6 +40,9 @@ class EnsembleConfig:
         for i, m in enumerate(self.members):
             if m.attention == "none":
                 raise ValueError(f"ensemble member {i} has no attention: members must all have attention")
+            if (m.output == "monotonic") != (first.output == "monotonic"):
+                raise ValueError(f"ensemble member {i} has output {m.output!r}, member 0 {first.output!r}: "
+                                 f"a monotonic member's alignment state needs every member to have one")
             for field in ("src_vocab_size", "tgt_vocab_size", "cell", "dec_layers"):
                 if getattr(m, field) != getattr(first, field):
                     raise ValueError(f"ensemble member {i} has {field}={getattr(m, field)!r}, member 0 has "
@@ -56,10 +60,11 @@ class EnsembleConfig:
 
 
 def cat_states(states: list[DecoderState]) -> DecoderState:
-    """The members' decoder states side by side: h, c (L, B, sum H), feed (B, sum H)."""
+    """The members' decoder states side by side: h, c (L, B, sum H), feed (B, sum H), align (B, S, sum 1 + V)."""
     return DecoderState(torch.cat([s.h for s in states], dim=2),
                         torch.cat([s.c for s in states], dim=2) if states[0].c is not None else None,
-                        torch.cat([s.feed for s in states], dim=1))
+                        torch.cat([s.feed for s in states], dim=1),
+                        torch.cat([s.align for s in states], dim=2) if states[0].align is not None else None)
 
 
 class EnsembleDecoder(nn.Module):
@@ -71,18 +76,20 @@ class EnsembleDecoder(nn.Module):
         self.sizes = [d.generator.in_features for d in decoders]  # H_i of each member
         self.out_sizes = [d.out_size for d in decoders]  # the widths of their step outs: H_i, or V (mixture)
         self.has_attention = True
-        self.state_names = decoders[0].state_names  # h, (c,) feed
+        self.state_names = decoders[0].state_names  # h, (c,) feed, (align)
 
-    def _split(self, x: torch.Tensor | None, dim: int) -> list:
-        return list(torch.split(x, self.sizes, dim=dim)) if x is not None else [None] * len(self.sizes)
+    def _split(self, x: torch.Tensor | None, dim: int, sizes: list[int] | None = None) -> list:
+        sizes = sizes or self.sizes
+        return list(torch.split(x, sizes, dim=dim)) if x is not None else [None] * len(sizes)
 
     def step(self, y_prev, state: DecoderState, enc_out=None, keys=None, pad_mask=None, top_k=None):
         # Same contract as Decoder.step; `out` is the members' outs side by side, (B, out_size_1 + ... + out_size_N).
         hs, cs, feeds = self._split(state.h, 2), self._split(state.c, 2), self._split(state.feed, 1)
+        aligns = self._split(state.align, 2, [1 + V for V in self.out_sizes])  # monotonic: out_size is V
         enc_outs, keyss = self._split(enc_out, 2), self._split(keys, 2)
         states, outs, attns = [], [], []
         for i, decoder in enumerate(self.members):
-            s, out, attn = decoder.step(y_prev, DecoderState(hs[i], cs[i], feeds[i]), enc_outs[i], keyss[i],
+            s, out, attn = decoder.step(y_prev, DecoderState(hs[i], cs[i], feeds[i], aligns[i]), enc_outs[i], keyss[i],
                                         pad_mask, top_k)
             states.append(s)
             outs.append(out)

@@ -83,7 +83,7 @@ class DecoderStepGraph(nn.Module):
 
     def forward(self, *inputs):
         x = dict(zip(self.names, inputs))
-        state = DecoderState(x["h"], x.get("c"), x.get("feed"))
+        state = DecoderState(x["h"], x.get("c"), x.get("feed"), x.get("align"))
         state, out, attn = self.decoder.step(x["y_prev"], state, x.get("enc_out"), x.get("keys"),
                                              x.get("pad_mask"), x.get("top_k"))
         next_state = [getattr(state, n) for n in self.decoder.state_names]
@@ -192,8 +192,8 @@ def export_graphs(model: Seq2Seq, out: Path) -> None:
     batch, source = {0: "batch"}, {0: "batch", 1: "src_time"}
     axes = {"src": source, "src_len": batch, "enc_out": source, "keys": source, "pad_mask": source,
             "self_attn": {0: "batch", 2: "src_time", 3: "src_time"}, "h": {1: "batch"}, "c": {1: "batch"},
-            "feed": batch, "y_prev": batch, "top_k": batch, "log_probs": batch, "attn": source}
-    axes.update({f"{n}_next": axes[n] for n in ("h", "c", "feed")})
+            "feed": batch, "align": source, "y_prev": batch, "top_k": batch, "log_probs": batch, "attn": source}
+    axes.update({f"{n}_next": axes[n] for n in ("h", "c", "feed", "align")})
     enc_names, in_names, out_names = encoder_outputs(model), decoder_inputs(model), decoder_outputs(model)
     # Wrappers in eval mode: the exporter restores each wrapper's mode afterwards,
     # and a fresh nn.Module is in training mode (dropout on) by default.

@@ -3,7 +3,7 @@
 Read top to bottom: config -> encoder (with optional self-attention) -> attention
 -> decoder -> seq2seq. Names follow the whole project: `src` (B, S) token ids,
 `src_len` (B,), `enc_out` (B, S, H), `keys` (B, S, H) the per-source precomputed
-attention keys, `pad_mask` (B, S) True where `src` is padding, `attn` (B, S) or
+attention keys, `align` (B, S, 1 + V) the monotonic output's alignment state, `pad_mask` (B, S) True where `src` is padding, `attn` (B, S) or
 (B, T, S), `self_attn` (B, heads, S, S), `top_k` (B,) the inference-time attention
 mode of each row (0 soft, 1 hard, k top-k).
 """
@@ -25,7 +25,7 @@ ATTENTIONS = SCORES + ("none",)
 # Without attention, where the decoder sees the source: only through its initial state
 # (Sutskever et al. 2014), or also as a fixed context fed at every step (Cho et al. 2014).
 CONTEXTS = ("init", "every_step")
-OUTPUTS = ("context", "mixture")
+OUTPUTS = ("context", "mixture", "monotonic")
 # Padding scores: large and finite, so a row of all padding can never make NaN.
 MASKED_SCORE = -1e9
 
@@ -45,7 +45,8 @@ class ModelConfig:
     self_attention_heads: int = 0  # multi-head self-attention over the encoder states; 0 = off
     # The output distribution: "context" reads one attentional vector made from the weighted sum of the
     # source states (Luong et al. 2015); "mixture" mixes one distribution per source position by the
-    # attention weights, i.e. hard attention marginalized exactly (Wu et al. 2018, 0th order).
+    # attention weights, i.e. hard attention marginalized exactly (Wu et al. 2018, 0th order);
+    # "monotonic" mixes them too, by an alignment that only moves forward (Wu and Cotterell 2019, 1st order).
     output: str = "context"
     dropout: float = 0.2
 
@@ -56,8 +57,8 @@ class ModelConfig:
             raise ValueError(f"attention must be one of {ATTENTIONS}, got {self.attention!r}")
         if self.output not in OUTPUTS:
             raise ValueError(f"output must be one of {OUTPUTS}, got {self.output!r}")
-        if self.output == "mixture" and self.attention == "none":
-            raise ValueError("output 'mixture' mixes over the attention weights: it needs attention, got 'none'")
+        if self.output != "context" and self.attention == "none":
+            raise ValueError(f"output {self.output!r} mixes over the attention weights: it needs attention, got 'none'")
         if self.context not in CONTEXTS:
             raise ValueError(f"context must be one of {CONTEXTS}, got {self.context!r}")
         if self.context != "init" and self.attention != "none":
@@ -86,6 +87,7 @@ class DecoderState(NamedTuple):
     h: torch.Tensor  # (L, B, H) decoder RNN hidden state
     c: Optional[torch.Tensor]  # (L, B, H) LSTM cell state; None for rnn/gru
     feed: Optional[torch.Tensor]  # (B, H) what the next step reads beside its input token; see Decoder
+    align: Optional[torch.Tensor] = None  # (B, S, 1 + V) output "monotonic" only; see GlobalAttention.monotonic
 
 
 class Encoded(NamedTuple):
@@ -268,23 +270,61 @@ class GlobalAttention(nn.Module):
         so the output comes from one position at a time rather than from a blend of them. Returns
         log_probs (B, V), feed (B, H) the attn-weighted attn_h the next step reads, and attn (B, S).
         """
-        scores = self.scores(query, keys, pad_mask)  # (B, S)
-        if top_k is None:
-            log_attn = torch.log_softmax(scores, dim=-1)  # finite at padding, so are its gradients
-            attn = log_attn.exp()
-        else:  # inference: a cut-off or padded position weighs 0, its log -inf, and adds nothing
-            attn = keep_top_k(torch.softmax(scores, dim=-1), top_k)
-            log_attn = torch.log(attn)
+        log_attn = torch.log_softmax(self.scores(query, keys, pad_mask), dim=-1)  # (B, S)
+        log_attn, attn = _cut(log_attn, top_k)
+        log_probs, feed, _ = self._mix(log_attn, attn, query, enc_out, generator, dropout)
+        return log_probs, feed, attn
+
+    def monotonic(self, query, enc_out, keys, pad_mask, top_k, generator: nn.Linear, dropout: nn.Dropout,
+                  y_prev, align):
+        """Hard monotonic attention marginalized exactly (Wu and Cotterell 2019, 1st order): the output
+        comes from one source position at a time, as in `mixture`, and that position never moves back.
+
+            post(i)     = p(a_{t-1} = i | y_<t)      the last step's alignment, updated by the y it emitted
+            T(i -> j)   = softmax_{j >= i} score(h_t, h_j)
+            attn(j)     = sum_i post(i) T(i -> j)    = p(a_t = j | y_<t)
+            log p(y)    = logsumexp_j (log attn_j + log p(y | a_t = j))
+
+        Which y the last step emitted is known only now (the engine or beam search chose it), so
+        the state `align` (B, S, 1 + V) carries the last step's log attn in channel 0 and its
+        per-position log p(y | j) in the rest; the first step (y_prev <s>) starts from position 0.
+        Returns log_probs (B, V), feed (B, H), attn (B, S) and the next align.
+        """
+        S = enc_out.size(1)
+        last_attn, last_log_p = align[:, :, 0], align[:, :, 1:]  # (B, S), (B, S, V)
+        emitted = last_log_p.gather(2, y_prev[:, None, None].expand(-1, S, 1)).squeeze(2)  # (B, S)
+        post = torch.where((y_prev == BOS_ID)[:, None], last_attn, last_attn + emitted)
+        post = torch.log_softmax(post.masked_fill(pad_mask, MASKED_SCORE), dim=-1)  # (B, S)
+        pos = torch.arange(S, device=enc_out.device)
+        backward = pos[None, :] < pos[:, None]  # (S_i, S_j) True where j < i: a move back
+        moves = self.scores(query, keys, pad_mask)[:, None, :].masked_fill(backward, MASKED_SCORE)  # (B, S, S)
+        log_attn = torch.logsumexp(post[:, :, None] + torch.log_softmax(moves, dim=-1), dim=1)  # (B, S)
+        log_attn, attn = _cut(log_attn, top_k)
+        log_probs, feed, log_p = self._mix(log_attn, attn, query, enc_out, generator, dropout)
+        return log_probs, feed, attn, torch.cat([log_attn[:, :, None], log_p], dim=2)
+
+    def _mix(self, log_attn, attn, query, enc_out, generator: nn.Linear, dropout: nn.Dropout):
+        # log_attn, attn (B, S) -> log_probs (B, V), feed (B, H), each position's log p (B, S, V)
         S = enc_out.size(1)
         attn_h = torch.tanh(self.linear_out(torch.cat([enc_out, query[:, None, :].expand(-1, S, -1)], dim=-1)))
         log_p = torch.log_softmax(generator(dropout(attn_h)), dim=-1)  # (B, S, V)
         log_probs = torch.logsumexp(log_attn[:, :, None] + log_p, dim=1)  # (B, V)
-        return log_probs, torch.bmm(attn[:, None, :], attn_h).squeeze(1), attn
+        return log_probs, torch.bmm(attn[:, None, :], attn_h).squeeze(1), log_p
+
+
+def _cut(log_attn: torch.Tensor, top_k: Optional[torch.Tensor]):
+    """(log attn, attn) (B, S), at inference cut to each row's top_k (see keep_top_k). Training keeps
+    the log weights as computed: finite at padding, so are their gradients; a cut-off or padded position
+    at inference weighs 0, its log -inf, and adds nothing."""
+    if top_k is None:
+        return log_attn, log_attn.exp()
+    attn = keep_top_k(log_attn.exp(), top_k)
+    return torch.log(attn), attn
 
 
 class Decoder(nn.Module):
-    """One step: [embed(y_prev); feed] -> RNN -> `out` (B, H), which the generator reads (output
-    "mixture": `out` is already the log-probabilities (B, V), see GlobalAttention.mixture).
+    """One step: [embed(y_prev); feed] -> RNN -> `out` (B, H), which the generator reads (outputs
+    "mixture" and "monotonic": `out` is already the log-probabilities (B, V), see GlobalAttention).
 
     What `feed` is, by variant:
         attention            the previous step's attentional hidden attn_h (input feeding, Luong et al. 2015)
@@ -308,20 +348,28 @@ class Decoder(nn.Module):
         self.dropout = nn.Dropout(cfg.dropout)
         self.generator = nn.Linear(H, cfg.tgt_vocab_size)
         self.is_lstm = cfg.cell == "lstm"
-        self.mixture = cfg.output == "mixture"
+        self.monotonic = cfg.output == "monotonic"
+        self.mixture = cfg.output in ("mixture", "monotonic")  # `out` is already the log-probabilities
         self.out_size = cfg.tgt_vocab_size if self.mixture else H  # the width of step()'s `out`
 
     @property
     def state_names(self) -> list[str]:
         """The DecoderState fields this variant has, as the ONNX graphs name them."""
-        return ["h"] + (["c"] if self.is_lstm else []) + (["feed"] if self.feeds else [])
+        return (["h"] + (["c"] if self.is_lstm else []) + (["feed"] if self.feeds else [])
+                + (["align"] if self.monotonic else []))
 
-    def init_state(self, summary: torch.Tensor) -> DecoderState:
+    def init_state(self, summary: torch.Tensor, pad_mask: torch.Tensor) -> DecoderState:
         B, H = summary.shape
         h = torch.tanh(self.init(summary)).view(B, -1, H).transpose(0, 1).contiguous()  # (L, B, H)
         c = torch.zeros_like(h) if self.is_lstm else None
         feed = torch.zeros_like(summary) if self.has_attention else summary if self.feeds else None  # (B, H)
-        return DecoderState(h, c, feed)
+        if not self.monotonic:
+            return DecoderState(h, c, feed)
+        # Before the first output the alignment is at the first source position.
+        first = torch.arange(pad_mask.size(1), device=summary.device) == 0  # (S,)
+        last_attn = torch.zeros_like(pad_mask, dtype=summary.dtype).masked_fill(~first, MASKED_SCORE)  # (B, S)
+        align = torch.cat([last_attn[:, :, None], summary.new_zeros(B, pad_mask.size(1), self.out_size)], dim=2)
+        return DecoderState(h, c, feed, align)  # align (B, S, 1 + V)
 
     def step(self, y_prev, state: DecoderState, enc_out=None, keys=None, pad_mask=None, top_k=None):
         # y_prev (B,) token ids of the previous output; returns the next state, out (B, H), attn (B, S) or None
@@ -333,6 +381,10 @@ class Decoder(nn.Module):
         else:
             (rnn_out, h), c = self.rnn(x[:, None, :], state.h), None
         query = rnn_out[:, 0]  # (B, H) the top layer
+        if self.monotonic:
+            log_probs, feed, attn, align = self.attention.monotonic(
+                query, enc_out, keys, pad_mask, top_k, self.generator, self.dropout, y_prev, state.align)
+            return DecoderState(h, c, feed, align), log_probs, attn  # (B, V), (B, S)
         if self.mixture:
             log_probs, feed, attn = self.attention.mixture(query, enc_out, keys, pad_mask, top_k, self.generator,
                                                            self.dropout)  # (B, V), (B, H), (B, S)
@@ -363,7 +415,7 @@ class Seq2Seq(nn.Module):
         pad_mask = torch.arange(S, device=src.device)[None, :] >= src_len[:, None]  # (B, S)
         enc_out, summary, self_attn = self.encoder(src, src_len, pad_mask)
         keys = self.decoder.attention.keys(enc_out) if self.decoder.attention is not None else None
-        return Encoded(enc_out, keys, pad_mask, self.decoder.init_state(summary), self_attn)
+        return Encoded(enc_out, keys, pad_mask, self.decoder.init_state(summary, pad_mask), self_attn)
 
     def forward(self, src, src_len, tgt_in):
         """Teacher forcing: logits (B, T, V) for tgt_in (B, T), which starts with <s> (output "mixture":

@@ -26,7 +26,7 @@ import onnxruntime as ort
 from service.config import EngineConfig
 from service.domain import Decoded
 from service.engine.bundle import Bundle
-from service.engine.loop_graph import build_greedy_loop, soft_only
+from service.engine.loop_graph import STATE_NAMES, build_greedy_loop, soft_only
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +40,7 @@ class Running:
     """
 
     y_prev: np.ndarray  # (B,) int64, the previous output token
-    state: dict[str, np.ndarray]  # h, c: (L, B, H); feed: (B, H)
+    state: dict[str, np.ndarray]  # h, c: (L, B, H); feed: (B, H); align: (B, S, 1 + V)
     enc_out: np.ndarray | None  # (B, S, H)
     keys: np.ndarray | None  # (B, S, H)
     pad_mask: np.ndarray  # (B, S) True at padding
@@ -53,7 +53,7 @@ class Running:
     def select(self, rows: np.ndarray) -> "Running":
         """Keep these rows (indices), trimming source padding no remaining row needs."""
         S = int((~self.pad_mask[rows]).sum(axis=1).max()) if len(rows) else 0
-        return Running(self.y_prev[rows], {n: _take_batch(n, v, rows) for n, v in self.state.items()},
+        return Running(self.y_prev[rows], {n: _take_batch(n, v, rows, S) for n, v in self.state.items()},
                        _rows(self.enc_out, rows, S), _rows(self.keys, rows, S), self.pad_mask[rows, :S],
                        _rows(self.top_k, rows), _rows(self.self_attn, rows, S, axes=(2, 3)))
 
@@ -62,14 +62,21 @@ class Running:
         """Rows of a then rows of b; the shorter sources are padded (pad_mask True) to the longer."""
         S = max(a.pad_mask.shape[1], b.pad_mask.shape[1])
         return Running(np.concatenate([a.y_prev, b.y_prev]),
-                       {n: np.concatenate([a.state[n], b.state[n]], axis=1 if n in ("h", "c") else 0)
+                       {n: _cat(a.state[n], b.state[n], S) if n in SOURCE_STATES
+                        else np.concatenate([a.state[n], b.state[n]], axis=1 if n in ("h", "c") else 0)
                         for n in a.state},
                        _cat(a.enc_out, b.enc_out, S, 0.0), _cat(a.keys, b.keys, S, 0.0),
                        _cat(a.pad_mask, b.pad_mask, S, True), _cat(a.top_k, b.top_k),
                        _cat(a.self_attn, b.self_attn, S, 0.0, axes=(2, 3)))
 
 
-def _take_batch(name: str, value: np.ndarray, rows: np.ndarray) -> np.ndarray:
+# States with a source-time axis (axis 1), trimmed and padded with the source; the step masks their padding.
+SOURCE_STATES = ("align",)
+
+
+def _take_batch(name: str, value: np.ndarray, rows: np.ndarray, S: int) -> np.ndarray:
+    if name in SOURCE_STATES:
+        return _rows(value, rows, S)
     return value[:, rows] if name in ("h", "c") else value[rows]  # h, c are (L, B, H)
 
 
@@ -210,7 +217,7 @@ class Engine:
         self._dec_inputs = {i.name for i in self.decoder.get_inputs()}
         self._dec_outputs = [o.name for o in self.decoder.get_outputs()]
         self._enc_outputs = [o.name for o in self.encoder.get_outputs()]
-        self.state_names = [n for n in ("h", "c", "feed") if n in self._dec_inputs]
+        self.state_names = [n for n in STATE_NAMES if n in self._dec_inputs]
         # What this bundle's graphs can do, read from the graphs themselves (bundles from before
         # these variants have attention but no `top_k` input: soft attention only).
         self.has_attention = "attn" in self._dec_outputs

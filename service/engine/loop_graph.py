@@ -11,7 +11,7 @@ request-level batching; continuous batching and beam search need the Python step
 loop (rows join, leave and reorder between steps), so both paths stay, and export
 checks parity with PyTorch through both.
 
-Inputs are the encoder's outputs as the step graph names them (y_prev, h, c, feed,
+Inputs are the encoder's outputs as the step graph names them (y_prev, h, c, feed, align,
 enc_out, keys, pad_mask, top_k), plus `max_output_len` (B,): each row's step limit.
 Outputs: ids (B, T), each step's emitted id (</s> included, then pad; Decoded.output_ids
 leaves </s> out), steps (B,), score (B,) and, for a model with attention, attn (B, T, S).
@@ -24,7 +24,7 @@ from onnx import TensorProto
 from onnx import helper as oh
 from onnx import numpy_helper
 
-STATE_NAMES = ("h", "c", "feed")
+STATE_NAMES = ("h", "c", "feed", "align")
 OUTER_NAMES = ("enc_out", "keys", "pad_mask", "top_k")  # read by every step, never changed
 
 
