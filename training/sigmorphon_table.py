@@ -84,8 +84,8 @@ def recipe_lines() -> list[str]:
     from training.sigmorphon_transfer import PRETRAIN_FLAGS
 
     lines.append(f"- **low, pretrained** (its own row; training/sigmorphon_transfer.py): one model pretrained with "
-                 f"`{' '.join(PRETRAIN_FLAGS)}`, then the low recipe from it with `--init-from` and "
-                 f"`--init-vocab by-symbol`")
+                 f"`{' '.join(PRETRAIN_FLAGS)}`, then the low recipe from it with `--init-from`, "
+                 f"`--init-vocab by-symbol` and `--output context` (made before the low recipe's monotonic output)")
     lines += ["", "A language's own flags beside its subtask's (training/sigmorphon.py LANG_FLAGS): "
               + "; ".join(f"`{lang}` `{' '.join(flags)}` ({why})" for lang, (flags, why) in sorted(LANG_FLAGS.items()))
               + "."]

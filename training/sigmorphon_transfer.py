@@ -86,7 +86,9 @@ def pretrained_checkpoint() -> Path:
 
 def variant() -> sigmorphon.Variant:
     return sigmorphon.Variant(runs=RUNS, models=MODELS, suffix=SUFFIX,
-                              flags=("--init-from", str(pretrained_checkpoint()), "--init-vocab", "by-symbol"),
+                              # --output context: these models were made before the low recipe's monotonic output
+                              flags=("--init-from", str(pretrained_checkpoint()), "--init-vocab", "by-symbol",
+                                     "--output", "context"),
                               outside_data=OUTSIDE_DATA)
 
 
