@@ -8,6 +8,7 @@ in training), and hard / top-k attention at inference
 import asyncio
 
 import grpc
+import onnx
 import numpy as np
 import pytest
 
@@ -15,6 +16,7 @@ from attnserve.v1 import attnserve_pb2 as pb, attnserve_pb2_grpc as pbg
 from service.engine.bundle import load_bundle
 from service.config import BatcherConfig, Config, EngineConfig, ServerConfig
 from service.engine.engine import Engine, Running
+from service.engine.loop_graph import soft_only
 from service.server import build_server
 from training import train
 from training.export import build_bundle, parity_ok
@@ -117,6 +119,9 @@ async def test_variant_trains_exports_with_parity_and_serves(name, small_corpus,
     for r in replies["topk"].results:
         m = matrix(r)
         assert np.allclose(m.sum(axis=1), 1.0, atol=1e-5) and ((m > 0).sum(axis=1) <= 2).all()
+
+    # The greedy Loop for soft rows leaves every hard / top-k node out, whichever way the variant cuts its weights.
+    assert soft_only(onnx.load(model_dir / "1" / "decoder_step.onnx")) is not None
 
     if flags.get("output") == "monotonic":  # the alignment state through the Loop, the step loop and batching
         for r in replies["hard"].results:

@@ -290,12 +290,12 @@ class GlobalAttention(nn.Module):
         per-position log p(y | j) in the rest; the first step (y_prev <s>) starts from position 0.
         Returns log_probs (B, V), feed (B, H), attn (B, S) and the next align.
         """
-        S = enc_out.size(1)
         last_attn, last_log_p = align[:, :, 0], align[:, :, 1:]  # (B, S), (B, S, V)
-        emitted = last_log_p.gather(2, y_prev[:, None, None].expand(-1, S, 1)).squeeze(2)  # (B, S)
-        post = torch.where((y_prev == BOS_ID)[:, None], last_attn, last_attn + emitted)
-        post = torch.log_softmax(post.masked_fill(pad_mask, MASKED_SCORE), dim=-1)  # (B, S)
-        pos = torch.arange(S, device=enc_out.device)
+        # log p(y_prev | j): the row's column of last_log_p. The initial state's log-probabilities are 0,
+        # so the first step (y_prev <s>) keeps the initial alignment as it is.
+        emitted = (last_log_p * F.one_hot(y_prev, last_log_p.size(2)).to(last_log_p.dtype)[:, None, :]).sum(2)
+        post = torch.log_softmax((last_attn + emitted).masked_fill(pad_mask, MASKED_SCORE), dim=-1)  # (B, S)
+        pos = torch.arange(enc_out.size(1), device=enc_out.device)
         backward = pos[None, :] < pos[:, None]  # (S_i, S_j) True where j < i: a move back
         moves = self.scores(query, keys, pad_mask)[:, None, :].masked_fill(backward, MASKED_SCORE)  # (B, S, S)
         log_attn = torch.logsumexp(post[:, :, None] + torch.log_softmax(moves, dim=-1), dim=1)  # (B, S)
@@ -304,22 +304,24 @@ class GlobalAttention(nn.Module):
         return log_probs, feed, attn, torch.cat([log_attn[:, :, None], log_p], dim=2)
 
     def _mix(self, log_attn, attn, query, enc_out, generator: nn.Linear, dropout: nn.Dropout):
-        # log_attn, attn (B, S) -> log_probs (B, V), feed (B, H), each position's log p (B, S, V)
-        S = enc_out.size(1)
-        attn_h = torch.tanh(self.linear_out(torch.cat([enc_out, query[:, None, :].expand(-1, S, -1)], dim=-1)))
+        # log_attn, attn (B, S) -> log_probs (B, V), feed (B, H), each position's log p (B, S, V).
+        # W_c [h_j; h_t] as W_src h_j + W_query h_t: no (B, S, 2H) copy of the query at every position.
+        w_src, w_query = self.linear_out.weight.split(self.hidden_size, dim=1)  # (H, H) each
+        attn_h = torch.tanh(F.linear(enc_out, w_src) + F.linear(query, w_query)[:, None, :])  # (B, S, H)
         log_p = torch.log_softmax(generator(dropout(attn_h)), dim=-1)  # (B, S, V)
         log_probs = torch.logsumexp(log_attn[:, :, None] + log_p, dim=1)  # (B, V)
-        return log_probs, torch.bmm(attn[:, None, :], attn_h).squeeze(1), log_p
+        return log_probs, torch.einsum("bs,bsh->bh", attn, attn_h), log_p
 
 
 def _cut(log_attn: torch.Tensor, top_k: Optional[torch.Tensor]):
-    """(log attn, attn) (B, S), at inference cut to each row's top_k (see keep_top_k). Training keeps
-    the log weights as computed: finite at padding, so are their gradients; a cut-off or padded position
-    at inference weighs 0, its log -inf, and adds nothing."""
+    """(log attn, attn) (B, S), at inference cut to each row's top_k (see keep_top_k). A soft row keeps its
+    log weights as computed: finite at padding, so are the gradients in training; a cut-off position of a
+    hard or top-k row weighs 0, its log -inf, and adds nothing."""
+    attn = log_attn.exp()
     if top_k is None:
-        return log_attn, log_attn.exp()
-    attn = keep_top_k(log_attn.exp(), top_k)
-    return torch.log(attn), attn
+        return log_attn, attn
+    kept = keep_top_k(attn, top_k)
+    return torch.where(top_k[:, None] == 0, log_attn, torch.log(kept)), kept
 
 
 class Decoder(nn.Module):
