@@ -123,3 +123,36 @@ def test_auto_serves_int8_only_where_it_costs_at_most_a_tenth_of_a_point_on_dev(
     path = copy_bundle(quantized, tmp_path / "free" / "1", int8=free)
     assert Engine(load_bundle(path), EngineConfig()).precision == "int8"
     assert Engine(load_bundle(path), EngineConfig(precision="fp32")).precision == "fp32"
+
+
+@pytest.mark.parametrize("bounded", [False, True])
+def test_int8_products_are_the_exact_integer_sums_on_every_cpu(bounded):
+    """The quantized product is the exact sum of its integer products, here with every activation and weight
+    at the extremes of their ranges. Stored as int8, onnxruntime's kernel for x86 CPUs without VNNI (AVX2)
+    saturated its 16-bit pair sums there, so the same graph answered otherwise on those CPUs."""
+    import onnxruntime as ort
+    from onnx import TensorProto, helper
+    from service.engine import engine as engine_module
+    from training.rowwise_int8 import _Graph, _shared_constants, rowwise_matmul
+
+    rng = np.random.default_rng(0)
+    K, N = 64, 64
+    x = np.concatenate([np.full((1, K), 0.99), rng.uniform(-0.99, 0.99, (3, K))]).astype(np.float32)
+    w = np.concatenate([np.full((K, N // 2), 0.5), rng.normal(0, 0.5, (K, N // 2))], axis=1).astype(np.float32)
+    g = _Graph("t", 17)
+    rowwise_matmul(g, _shared_constants(g), "x", w, out="y", bounded=bounded)
+    model = helper.make_model(
+        helper.make_graph(g.nodes, "t", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, K])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, N])], initializer=g.inits),
+        opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)], ir_version=9)
+    session = ort.InferenceSession(model.SerializeToString(), engine_module._session_options(1),
+                                   providers=["CPUExecutionProvider"])  # the engine's own options
+    y = session.run(None, {"x": x})[0]
+
+    w_scale = np.abs(w).max(axis=0) / 127  # one scale per output column, symmetric
+    w_q = np.clip(np.round(w / w_scale), -127, 127).astype(np.int64)  # [-127, 127]
+    s = np.full((4, 1), 1 / 127) if bounded else np.abs(x).max(axis=1, keepdims=True) / 127
+    x_q = (np.floor(x / s + 128.5) if not bounded else np.round(x / s + 128)).astype(np.int64) - 128  # [-127, 127]
+    exact = (x_q @ w_q) * s * w_scale  # the integer sums, then the scales
+    np.testing.assert_allclose(y, exact, rtol=1e-5, atol=1e-6)
+    assert np.abs(y[0, :N // 2]).min() > 0.4 * K  # the saturating case: every product at its largest

@@ -8,7 +8,7 @@ with a scale of its own, so a row's result is the same alone or in any batch:
 
     s = max(|x|, over the row) / 127                  # (..., 1)
     q = round(x / s) + 128                             # uint8, zero point 128 (symmetric)
-    y = MatMulInteger(q, W_q; 128) * s * w_scale      # W_q int8, one scale per output column
+    y = MatMulInteger(q, W_q; 128, 128) * s * w_scale # W_q uint8 (quantize_weight), one scale per output column
 
 The LSTM op has no per-row form, so each LSTM becomes its cell written out: the input
 projection of every step at once (x W^T, one row per position), then, through a Scan over the
@@ -62,9 +62,15 @@ def _shared_constants(g: _Graph) -> dict:
 
 
 def quantize_weight(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(K, N) fp32 -> int8 (K, N) and one scale per output column (N,), symmetric."""
+    """(K, N) fp32 -> uint8 (K, N) with zero point 128, and one scale per output column (N,), symmetric.
+
+    Stored as uint8 rather than int8: onnxruntime multiplies uint8 by int8 on x86 CPUs without VNNI
+    (AVX2, AVX-512BW) with VPMADDUBSW, whose 16-bit sums of two products saturate (255 x 127 x 2 >
+    32767), so the same graph gave other answers there than on a VNNI CPU. uint8 x uint8 takes a
+    kernel that widens to 16 bits first: every CPU computes the same exact integer sums."""
     scale = np.maximum(np.abs(w).max(axis=0), 1e-30) / 127.0
-    return np.clip(np.round(w / scale), -127, 127).astype(np.int8), scale.astype(np.float32)
+    q = np.clip(np.round(w / scale), -127, 127).astype(np.int16) + 128
+    return q.astype(np.uint8), scale.astype(np.float32)
 
 
 def rowwise_matmul(g: _Graph, c: dict, x: str, weight: np.ndarray, out: str | None = None,
@@ -75,17 +81,17 @@ def rowwise_matmul(g: _Graph, c: dict, x: str, weight: np.ndarray, out: str | No
     folded into the weights' scales, which saves computing one per row.
     """
     w_q, w_scale = quantize_weight(weight)
-    w_q_name = g.const("w_int8", w_q)
+    w_q_name = g.const("w_uint8", w_q)
     if bounded:
         q = g.op("QuantizeLinear", [x, c["inv127"], c["zp128"]])
-        return g.op("MatMulIntegerToFloat", [q, w_q_name, c["inv127"], g.const("w_scale", w_scale), c["zp128"]],
-                    [out] if out else None, domain="com.microsoft")
+        return g.op("MatMulIntegerToFloat", [q, w_q_name, c["inv127"], g.const("w_scale", w_scale), c["zp128"],
+                                             c["zp128"]], [out] if out else None, domain="com.microsoft")
     row_max = g.op("ReduceMax", [g.op("Abs", [x])], axes=[-1], keepdims=1) if g.opset < 18 else \
         g.op("ReduceMax", [g.op("Abs", [x]), g.const("last_axis", np.array([-1], np.int64))], keepdims=1)
     s = g.op("Mul", [g.op("Max", [row_max, c["tiny"]]), c["inv127"]])  # (..., 1) the row's scale
     # x / s lies in [-127, 127]; + 128.5 and the cast's truncation round it to [1, 255]
     q = g.op("Cast", [g.op("Add", [g.op("Div", [x, s]), c["f128_5"]])], to=TensorProto.UINT8)
-    acc = g.op("MatMulIntegerToFloat", [q, w_q_name, c["one"], g.const("w_scale", w_scale), c["zp128"]],
+    acc = g.op("MatMulIntegerToFloat", [q, w_q_name, c["one"], g.const("w_scale", w_scale), c["zp128"], c["zp128"]],
                domain="com.microsoft")  # (..., N) in units of the row's scale
     return g.op("Mul", [acc, s], [out] if out else None)
 

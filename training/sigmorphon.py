@@ -183,28 +183,28 @@ def task_scores(bundle: Path, lang: str, precision: str) -> dict:
                     f"beam{BEAM}": task_wer(bundle, f[split], BEAM, precision)} for split in ("dev", "test")}
 
 
-def requantize(lang: str) -> dict:
+def requantize(lang: str, variant: Variant = RULES) -> dict:
     """A built model's int8 graphs made again by training/quantize.py's current method, kept as
     build() keeps them, and the task's scores taken again in the precision `--precision auto` serves."""
     from service.engine.bundle import load_bundle, write_manifest
 
-    target = MODELS / LANGS[lang][1] / "1"
+    target = variant.bundle(lang)
     manifest = {k: v for k, v in load_bundle(target).manifest.items() if k not in ("files", "int8", "int8_dropped")}
     for role in ("encoder.int8", "decoder_step.int8"):
         if role in manifest["graphs"]:
             (target / manifest["graphs"].pop(role)).unlink()
     write_manifest(target, manifest)
     keep_int8_if_free(target)
-    return rescore(lang, always=True)
+    return rescore(lang, always=True, variant=variant)
 
 
-def rescore(lang: str, always: bool = False) -> dict:
+def rescore(lang: str, always: bool = False, variant: Variant = RULES) -> dict:
     """A built model's task scores taken again in the precision `--precision auto` serves it in, where
     that has changed (after `python -m training.quantize --speed` timed it, say) or always; no training."""
     from service.engine.bundle import load_bundle, write_manifest
     from service.engine.engine import served_precision
 
-    target = MODELS / LANGS[lang][1] / "1"
+    target = variant.bundle(lang)
     manifest = {k: v for k, v in load_bundle(target).manifest.items() if k != "files"}
     precision = served_precision(manifest, "auto")
     if always or manifest["task_scores"].get("precision") != precision:

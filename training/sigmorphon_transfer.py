@@ -95,11 +95,18 @@ def variant() -> sigmorphon.Variant:
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--langs", nargs="+", choices=low_langs(), help="default: every low language")
+    p.add_argument("--requantize", action="store_true",
+                   help="make the built models' int8 graphs again and score them again; no training")
     args = p.parse_args(argv)
     from training.sigmorphon_table import write_table
 
-    pretrain()
     v = variant()
+    if args.requantize:
+        for lang in args.langs or low_langs():
+            sigmorphon.requantize(lang, v)
+        write_table(sigmorphon.DOC)
+        return
+    pretrain()
     for lang in args.langs or low_langs():
         try:
             sigmorphon.build(lang, v)
