@@ -295,7 +295,7 @@ class GlobalAttention(nn.Module):
         # so the first step (y_prev <s>) keeps the initial alignment as it is.
         emitted = (last_log_p * F.one_hot(y_prev, last_log_p.size(2)).to(last_log_p.dtype)[:, None, :]).sum(2)
         post = torch.log_softmax((last_attn + emitted).masked_fill(pad_mask, MASKED_SCORE), dim=-1)  # (B, S)
-        pos = torch.arange(enc_out.size(1), device=enc_out.device)
+        pos = torch.arange(pad_mask.size(1), device=pad_mask.device)  # from pad_mask, which every member shares
         backward = pos[None, :] < pos[:, None]  # (S_i, S_j) True where j < i: a move back
         moves = self.scores(query, keys, pad_mask)[:, None, :].masked_fill(backward, MASKED_SCORE)  # (B, S, S)
         log_attn = torch.logsumexp(post[:, :, None] + torch.log_softmax(moves, dim=-1), dim=1)  # (B, S)
