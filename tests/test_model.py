@@ -5,6 +5,7 @@ import math
 import pytest
 import torch
 
+from training import hard_attention
 from training.model import ModelConfig, Seq2Seq, keep_top_k, reverse_padded
 
 
@@ -119,16 +120,16 @@ def test_mixture_output_mixes_one_distribution_per_source_position():
         assert torch.allclose(model(src, src_len, tgt_in).exp().sum(-1), torch.ones(2, 3), atol=1e-5)
 
 
-def test_monotonic_output_sums_exactly_over_the_alignments_that_never_move_back():
+def test_monotonic_output_sums_exactly_over_the_alignments_that_never_move_back(monkeypatch):
     """output "monotonic": teacher forcing's log p(y) equals the sum, path by path, over every alignment
     a_1 <= ... <= a_T (from position 0) of prod_t T_t(a_{t-1} -> a_t) p_t(y_t | a_t), the moves
     T_t(i -> j) = softmax over j >= i of the step's scores; a padded source changes nothing."""
     model = tiny(output="monotonic")
     att = model.decoder.attention
     scores, per_position = [], []  # each step's (B, S) scores and (B, S, V) log p(y | position)
-    score_fn, mix_fn = att.scores, att._mix
+    score_fn, mix_fn = att.scores, hard_attention.mix
     att.scores = lambda *a: scores.append(score_fn(*a)) or scores[-1]
-    att._mix = lambda *a: (lambda r: per_position.append(r[2]) or r)(mix_fn(*a))
+    monkeypatch.setattr(hard_attention, "mix", lambda *a: (lambda r: per_position.append(r[2]) or r)(mix_fn(*a)))
     src, src_len = torch.tensor([[4, 5, 6, 0, 0], [6, 7, 8, 9, 10]]), torch.tensor([3, 5])
     tgt_in, tgt_out = torch.tensor([[1, 4, 5, 6, 7], [1, 4, 4, 4, 4]]), torch.tensor([[4, 5, 6, 7, 2], [4, 4, 4, 4, 2]])
     with torch.no_grad():

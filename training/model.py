@@ -3,9 +3,10 @@
 Read top to bottom: config -> encoder (with optional self-attention) -> attention
 -> decoder -> seq2seq. Names follow the whole project: `src` (B, S) token ids,
 `src_len` (B,), `enc_out` (B, S, H), `keys` (B, S, H) the per-source precomputed
-attention keys, `align` (B, S, 1 + V) the monotonic output's alignment state, `pad_mask` (B, S) True where `src` is padding, `attn` (B, S) or
+attention keys, `pad_mask` (B, S) True where `src` is padding, `attn` (B, S) or
 (B, T, S), `self_attn` (B, heads, S, S), `top_k` (B,) the inference-time attention
-mode of each row (0 soft, 1 hard, k top-k).
+mode of each row (0 soft, 1 hard, k top-k), `align` (B, S, 1 + V) the monotonic
+output's alignment state.
 """
 from __future__ import annotations
 
@@ -17,7 +18,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from training import hard_attention
 from training.data import BOS_ID, EOS_ID, PAD_ID
+from training.hard_attention import MASKED_SCORE, keep_top_k
 
 CELLS = {"rnn": nn.RNN, "gru": nn.GRU, "lstm": nn.LSTM}
 SCORES = ("dot", "scaled_dot", "general", "additive", "cosine")
@@ -26,8 +29,6 @@ ATTENTIONS = SCORES + ("none",)
 # (Sutskever et al. 2014), or also as a fixed context fed at every step (Cho et al. 2014).
 CONTEXTS = ("init", "every_step")
 OUTPUTS = ("context", "mixture", "monotonic")
-# Padding scores: large and finite, so a row of all padding can never make NaN.
-MASKED_SCORE = -1e9
 
 
 @dataclass(frozen=True)
@@ -87,7 +88,7 @@ class DecoderState(NamedTuple):
     h: torch.Tensor  # (L, B, H) decoder RNN hidden state
     c: Optional[torch.Tensor]  # (L, B, H) LSTM cell state; None for rnn/gru
     feed: Optional[torch.Tensor]  # (B, H) what the next step reads beside its input token; see Decoder
-    align: Optional[torch.Tensor] = None  # (B, S, 1 + V) output "monotonic" only; see GlobalAttention.monotonic
+    align: Optional[torch.Tensor] = None  # (B, S, 1 + V) output "monotonic" only; see hard_attention.monotonic
 
 
 class Encoded(NamedTuple):
@@ -182,21 +183,6 @@ class Encoder(nn.Module):
         return enc_out, summary, self_attn
 
 
-def keep_top_k(attn: torch.Tensor, top_k: torch.Tensor) -> torch.Tensor:
-    """Hard or top-k attention at inference, per row, from the soft weights of a soft-trained model.
-
-    top_k (B,): 0 keeps the soft weights unchanged; k >= 1 keeps the k largest weights,
-    renormalised to sum to 1 (k = 1 is hard attention: one-hot on the argmax). A position
-    is kept when fewer than k positions weigh strictly more, so ties at the k-th weight
-    are all kept: a rule without sorting, whose tie order could differ between PyTorch
-    and onnxruntime and break parity. Padding weighs exactly 0 and stays 0.
-    """
-    soft = top_k[:, None] == 0  # (B, 1)
-    above = (attn[:, None, :] > attn[:, :, None]).sum(-1)  # (B, S) positions weighing more
-    kept = attn.masked_fill((above >= top_k[:, None]) & ~soft, 0.0)  # (B, S)
-    return torch.where(soft, attn, kept / kept.sum(-1, keepdim=True))  # (B, S)
-
-
 class GlobalAttention(nn.Module):
     """Luong et al. (2015) global attention; additive is Bahdanau et al. (2015).
 
@@ -260,73 +246,10 @@ class GlobalAttention(nn.Module):
         attn_h = torch.tanh(self.linear_out(torch.cat([context, query], dim=-1)))  # (B, H)
         return attn_h, attn
 
-    def mixture(self, query, enc_out, keys, pad_mask, top_k, generator: nn.Linear, dropout: nn.Dropout):
-        """Hard attention marginalized exactly (Wu, Shapiro and Cotterell 2018): each source position
-        makes its own output distribution and the attention weights mix them,
-
-            attn_h_j = tanh(W_c [h_j; h_t])                        (B, S, H)
-            log p(y) = logsumexp_j (log attn_j + log_softmax(W_g attn_h_j)_y)
-
-        so the output comes from one position at a time rather than from a blend of them. Returns
-        log_probs (B, V), feed (B, H) the attn-weighted attn_h the next step reads, and attn (B, S).
-        """
-        log_attn = torch.log_softmax(self.scores(query, keys, pad_mask), dim=-1)  # (B, S)
-        log_attn, attn = _cut(log_attn, top_k)
-        log_probs, feed, _ = self._mix(log_attn, attn, query, enc_out, generator, dropout)
-        return log_probs, feed, attn
-
-    def monotonic(self, query, enc_out, keys, pad_mask, top_k, generator: nn.Linear, dropout: nn.Dropout,
-                  y_prev, align):
-        """Hard monotonic attention marginalized exactly (Wu and Cotterell 2019, 1st order): the output
-        comes from one source position at a time, as in `mixture`, and that position never moves back.
-
-            post(i)     = p(a_{t-1} = i | y_<t)      the last step's alignment, updated by the y it emitted
-            T(i -> j)   = softmax_{j >= i} score(h_t, h_j)
-            attn(j)     = sum_i post(i) T(i -> j)    = p(a_t = j | y_<t)
-            log p(y)    = logsumexp_j (log attn_j + log p(y | a_t = j))
-
-        Which y the last step emitted is known only now (the engine or beam search chose it), so
-        the state `align` (B, S, 1 + V) carries the last step's log attn in channel 0 and its
-        per-position log p(y | j) in the rest; the first step (y_prev <s>) starts from position 0.
-        Returns log_probs (B, V), feed (B, H), attn (B, S) and the next align.
-        """
-        last_attn, last_log_p = align[:, :, 0], align[:, :, 1:]  # (B, S), (B, S, V)
-        # log p(y_prev | j): the row's column of last_log_p. The initial state's log-probabilities are 0,
-        # so the first step (y_prev <s>) keeps the initial alignment as it is.
-        emitted = (last_log_p * F.one_hot(y_prev, last_log_p.size(2)).to(last_log_p.dtype)[:, None, :]).sum(2)
-        post = torch.log_softmax((last_attn + emitted).masked_fill(pad_mask, MASKED_SCORE), dim=-1)  # (B, S)
-        pos = torch.arange(pad_mask.size(1), device=pad_mask.device)  # from pad_mask, which every member shares
-        backward = pos[None, :] < pos[:, None]  # (S_i, S_j) True where j < i: a move back
-        moves = self.scores(query, keys, pad_mask)[:, None, :].masked_fill(backward, MASKED_SCORE)  # (B, S, S)
-        log_attn = torch.logsumexp(post[:, :, None] + torch.log_softmax(moves, dim=-1), dim=1)  # (B, S)
-        log_attn, attn = _cut(log_attn, top_k)
-        log_probs, feed, log_p = self._mix(log_attn, attn, query, enc_out, generator, dropout)
-        return log_probs, feed, attn, torch.cat([log_attn[:, :, None], log_p], dim=2)
-
-    def _mix(self, log_attn, attn, query, enc_out, generator: nn.Linear, dropout: nn.Dropout):
-        # log_attn, attn (B, S) -> log_probs (B, V), feed (B, H), each position's log p (B, S, V).
-        # W_c [h_j; h_t] as W_src h_j + W_query h_t: no (B, S, 2H) copy of the query at every position.
-        w_src, w_query = self.linear_out.weight.split(self.hidden_size, dim=1)  # (H, H) each
-        attn_h = torch.tanh(F.linear(enc_out, w_src) + F.linear(query, w_query)[:, None, :])  # (B, S, H)
-        log_p = torch.log_softmax(generator(dropout(attn_h)), dim=-1)  # (B, S, V)
-        log_probs = torch.logsumexp(log_attn[:, :, None] + log_p, dim=1)  # (B, V)
-        return log_probs, torch.einsum("bs,bsh->bh", attn, attn_h), log_p
-
-
-def _cut(log_attn: torch.Tensor, top_k: Optional[torch.Tensor]):
-    """(log attn, attn) (B, S), at inference cut to each row's top_k (see keep_top_k). A soft row keeps its
-    log weights as computed: finite at padding, so are the gradients in training; a cut-off position of a
-    hard or top-k row weighs 0, its log -inf, and adds nothing."""
-    attn = log_attn.exp()
-    if top_k is None:
-        return log_attn, attn
-    kept = keep_top_k(attn, top_k)
-    return torch.where(top_k[:, None] == 0, log_attn, torch.log(kept)), kept
-
 
 class Decoder(nn.Module):
     """One step: [embed(y_prev); feed] -> RNN -> `out` (B, H), which the generator reads (outputs
-    "mixture" and "monotonic": `out` is already the log-probabilities (B, V), see GlobalAttention).
+    "mixture" and "monotonic": `out` is already the log-probabilities (B, V), see hard_attention.py).
 
     What `feed` is, by variant:
         attention            the previous step's attentional hidden attn_h (input feeding, Luong et al. 2015)
@@ -384,12 +307,13 @@ class Decoder(nn.Module):
             (rnn_out, h), c = self.rnn(x[:, None, :], state.h), None
         query = rnn_out[:, 0]  # (B, H) the top layer
         if self.monotonic:
-            log_probs, feed, attn, align = self.attention.monotonic(
-                query, enc_out, keys, pad_mask, top_k, self.generator, self.dropout, y_prev, state.align)
+            log_probs, feed, attn, align = hard_attention.monotonic(
+                self.attention, query, enc_out, keys, pad_mask, top_k, self.generator, self.dropout, y_prev,
+                state.align)
             return DecoderState(h, c, feed, align), log_probs, attn  # (B, V), (B, S)
         if self.mixture:
-            log_probs, feed, attn = self.attention.mixture(query, enc_out, keys, pad_mask, top_k, self.generator,
-                                                           self.dropout)  # (B, V), (B, H), (B, S)
+            log_probs, feed, attn = hard_attention.mixture(self.attention, query, enc_out, keys, pad_mask, top_k,
+                                                           self.generator, self.dropout)  # (B, V), (B, H), (B, S)
             return DecoderState(h, c, feed), log_probs, attn
         if self.attention is not None:
             out, attn = self.attention(query, enc_out, keys, pad_mask, top_k)  # (B, H), (B, S)

@@ -75,7 +75,7 @@ def _greedy_body(step: onnx.GraphProto, state: list[str], has_attn: bool, eos_id
 
 
 def _is_soft_test(name: str, producers: dict, consts: dict) -> bool:
-    """Whether tensor `name` is keep_top_k's `top_k[:, None] == 0` (training/model.py), as exported."""
+    """Whether tensor `name` is keep_top_k's `top_k[:, None] == 0` (training/hard_attention.py), as exported."""
     node = producers.get(name)
     if node is None or node.op_type != "Equal":
         return False
