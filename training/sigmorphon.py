@@ -70,12 +70,15 @@ COSINE = ("--lr-schedule", "cosine", "--min-lr", "1e-5", "--patience-epochs", "1
 RECIPES = {
     # 800 words: a small model (on ita's dev, hidden 128 beat 256, and a 2-layer additive-attention encoder),
     # many short epochs, three seeds as one ensemble; hard monotonic attention (on the ten dev files it beat
-    # the soft attention's ensembles, which the earlier models had, and the 0th-order mixture)
+    # the soft attention's ensembles, which the earlier models had, and the 0th-order mixture). Not taken:
+    # dropout 0.5 (worse on dev), five seeds, and the three seeds again at dropout 0.5 as six members, best
+    # on dev but twice a lone word's time and the 24 models past 1.5 GB resident (docs/sigmorphon.md)
     "low": Recipe(("--hidden-size", "128", "--enc-layers", "1", "--emb-dim", "64", "--dropout", "0.3",
                    "--batch-size", "16", "--lr", "3e-3", "--warmup-steps", "50", "--max-epochs", "60",
                    "--max-output-len", "40", "--output", "monotonic", *COSINE), seeds=(1, 2, 3)),
     # 8,000 words: 60 epochs (25 in 9 minutes ended still learning; 60 were better on the dev of 7 of the 10
-    # languages, LANG_FLAGS the others); the budget only bounds a busy machine, where the cosine ends early
+    # languages, LANG_FLAGS the others); the budget only bounds a busy machine, where the cosine ends early.
+    # The monotonic output, on the two languages furthest behind at the full schedule: one better, one worse
     "medium": Recipe(("--hidden-size", "256", "--enc-layers", "1", "--emb-dim", "64", "--dropout", "0.3",
                       "--batch-size", "32", "--lr", "3e-3", "--warmup-steps", "100", "--max-epochs", "60",
                       "--max-output-len", "50", "--max-minutes", "25", *COSINE), seeds=(1,)),

@@ -100,6 +100,24 @@ through it by `scripts/sigmorphon_served.py --repository models-transfer`.
 """
 
 
+TRIED = """## Tried, not shipped
+
+Measured on dev (fp32, through the engine) against the shipped recipe, on 2026-12-02; the test file was read
+once, for the one candidate built.
+
+- **low, six members** (the three seeds, and the same three again with `--dropout 0.5`): dev macro 23.5 with
+  beam 5, against 24.6 for the shipped recipe's three seeds trained again on the same machine (five seeds at
+  0.3: 24.3; three at 0.5: 24.5). Built and scored: test macro 26.60 against the shipped 27.30. Not shipped: a
+  lone word's time doubles (`python -m bench.many_models`: the low models' p50 2.1-2.6 ms became 4.0-6.1, over
+  the 3 ms target) and the 24 models' resident memory went from 1,241 to 1,587 MB, over 1.5 GB. An ensemble
+  whose members run as one batched step would make it affordable.
+- **medium, the monotonic output** at the full 60 epochs, on the two languages furthest behind: `kor` 19.8
+  against 20.7 for the same schedule with soft attention, `hbs_latn` 38.1 against 36.9. Mixed, so not run on
+  the other eight. Finishing the 60 epochs with soft attention did not beat the shipped models either (`kor`
+  20.7 against 20.3, `hbs_latn` 36.9 against 36.5): they are at this recipe's plateau.
+"""
+
+
 def transfer_lines() -> list[str]:
     from training import sigmorphon_transfer
 
@@ -116,4 +134,5 @@ def write_table(path: Path) -> None:
         lines += subtask_lines(subtask)
     lines += transfer_lines()
     lines += recipe_lines()
+    lines += [TRIED]
     path.write_text("\n".join(lines), encoding="utf-8")
