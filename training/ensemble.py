@@ -6,14 +6,16 @@ Independently trained models make different mistakes, so averaging their next-to
 distributions at every step usually beats each of them. Each member reads its own slice of tensors concatenated along the hidden
 axis, which keeps the graph interface of a single model:
 
-    enc_out, keys        (B, S, H_1 + ... + H_N)
+    enc_out              (B, S, H_1 + ... + H_N)
+    keys                 (B, S, K_1 + ... + K_N)   K_i = H_i, or 2 H_i (outputs mixture, monotonic: Decoder.keys)
     h, c                 (L, B, H_1 + ... + H_N)
     feed                 (B, H_1 + ... + H_N)
     align                (B, S, (1 + V) N)   (output "monotonic": all members or none)
     log p(y | ...)       = logsumexp_i log p_i(y | ...) - log N     (the members' mean probability)
     attn                 = the members' mean attention               (B, S)
 
-So the engine, the ONNX Loop, beam search and continuous batching run an ensemble bundle
+Members of one shape (seeds of one recipe) step as one, with batched products (training/stacked.py);
+the graphs' inputs and outputs are the same either way. So the engine, the ONNX Loop, beam search and continuous batching run an ensemble bundle
 exactly as they run any other: the server needs nothing new. Members may differ in size,
 encoder, score function and output (context or mixture); they must share the vocabularies, have attention, and share
 the decoder cell and its number of layers (their states are concatenated, not stacked).
@@ -27,6 +29,7 @@ import torch
 import torch.nn as nn
 
 from training.model import DecoderState, Encoded, ModelConfig, Seq2Seq
+from training.stacked import StackedDecoder, stackable
 
 
 @dataclass(frozen=True)
@@ -75,6 +78,7 @@ class EnsembleDecoder(nn.Module):
         self.members = nn.ModuleList(decoders)
         self.sizes = [d.generator.in_features for d in decoders]  # H_i of each member
         self.out_sizes = [d.out_size for d in decoders]  # the widths of their step outs: H_i, or V (mixture)
+        self.key_sizes = [H * (2 if d.mixture else 1) for H, d in zip(self.sizes, decoders)]  # see Decoder.keys
         self.has_attention = True
         self.state_names = decoders[0].state_names  # h, (c,) feed, (align)
 
@@ -86,7 +90,7 @@ class EnsembleDecoder(nn.Module):
         # Same contract as Decoder.step; `out` is the members' outs side by side, (B, out_size_1 + ... + out_size_N).
         hs, cs, feeds = self._split(state.h, 2), self._split(state.c, 2), self._split(state.feed, 1)
         aligns = self._split(state.align, 2, [1 + V for V in self.out_sizes])  # monotonic: out_size is V
-        enc_outs, keyss = self._split(enc_out, 2), self._split(keys, 2)
+        enc_outs, keyss = self._split(enc_out, 2), self._split(keys, 2, self.key_sizes)
         states, outs, attns = [], [], []
         for i, decoder in enumerate(self.members):
             s, out, attn = decoder.step(y_prev, DecoderState(hs[i], cs[i], feeds[i], aligns[i]), enc_outs[i], keyss[i],
@@ -108,7 +112,9 @@ class Ensemble(nn.Module):
         super().__init__()
         self.cfg = EnsembleConfig(tuple(m.cfg for m in members))
         self.models = nn.ModuleList(members)
-        self.decoder = EnsembleDecoder([m.decoder for m in members])
+        # Members of one shape step as one (training/stacked.py); others each on their own slices.
+        decoder = StackedDecoder if stackable(self.cfg.members) else EnsembleDecoder
+        self.decoder = decoder([m.decoder for m in members])
 
     def encode(self, src, src_len) -> Encoded:
         encs = [m.encode(src, src_len) for m in self.models]

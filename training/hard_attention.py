@@ -6,6 +6,9 @@ source position j makes its own output distribution from attn_h_j = tanh(W_c [h_
 attention weights mix them (`mix`); `mixture` weighs positions by the softmax of the scores (Wu,
 Shapiro and Cotterell 2018, 0th order), `monotonic` by an alignment that never moves back (Wu and
 Cotterell 2019, 1st order).
+
+Every function here also takes a leading member axis (N, B, ...) on its tensors, with `att` and
+`generator` the stacked ones of training/stacked.py: an ensemble steps its members as one.
 """
 from __future__ import annotations
 
@@ -29,12 +32,12 @@ def keep_top_k(attn: torch.Tensor, top_k: torch.Tensor) -> torch.Tensor:
     and onnxruntime and break parity. Padding weighs exactly 0 and stays 0.
     """
     soft = top_k[:, None] == 0  # (B, 1)
-    above = (attn[:, None, :] > attn[:, :, None]).sum(-1)  # (B, S) positions weighing more
+    above = (attn[..., None, :] > attn[..., :, None]).sum(-1)  # (B, S) positions weighing more
     kept = attn.masked_fill((above >= top_k[:, None]) & ~soft, 0.0)  # (B, S)
     return torch.where(soft, attn, kept / kept.sum(-1, keepdim=True))  # (B, S)
 
 
-def mixture(att: nn.Module, query, enc_out, keys, pad_mask, top_k, generator: nn.Linear, dropout: nn.Dropout):
+def mixture(att: nn.Module, query, keys, pad_mask, top_k, generator: nn.Linear, dropout: nn.Dropout):
     """Hard attention marginalized exactly (Wu, Shapiro and Cotterell 2018): each source position
     makes its own output distribution and the attention weights mix them,
 
@@ -44,14 +47,14 @@ def mixture(att: nn.Module, query, enc_out, keys, pad_mask, top_k, generator: nn
     so the output comes from one position at a time rather than from a blend of them. Returns
     log_probs (B, V), feed (B, H) the attn-weighted attn_h the next step reads, and attn (B, S).
     """
+    keys, w_src_h = keys.split(att.hidden_size, dim=-1)  # (B, S, H) each: see GlobalAttention.keys
     log_attn = torch.log_softmax(att.scores(query, keys, pad_mask), dim=-1)  # (B, S)
     log_attn, attn = cut(log_attn, top_k)
-    log_probs, feed, _ = mix(att, log_attn, attn, query, enc_out, generator, dropout)
+    log_probs, feed, _ = mix(att, log_attn, attn, query, w_src_h, generator, dropout)
     return log_probs, feed, attn
 
 
-def monotonic(att: nn.Module, query, enc_out, keys, pad_mask, top_k, generator: nn.Linear, dropout: nn.Dropout,
-              y_prev, align):
+def monotonic(att: nn.Module, query, keys, pad_mask, top_k, generator: nn.Linear, dropout: nn.Dropout, y_prev, align):
     """Hard monotonic attention marginalized exactly (Wu and Cotterell 2019, 1st order): the output
     comes from one source position at a time, as in `mixture`, and that position never moves back.
 
@@ -65,28 +68,27 @@ def monotonic(att: nn.Module, query, enc_out, keys, pad_mask, top_k, generator: 
     per-position log p(y | j) in the rest; the first step (y_prev <s>) starts from position 0.
     Returns log_probs (B, V), feed (B, H), attn (B, S) and the next align.
     """
-    last_attn, last_log_p = align[:, :, 0], align[:, :, 1:]  # (B, S), (B, S, V)
+    keys, w_src_h = keys.split(att.hidden_size, dim=-1)  # (B, S, H) each: see GlobalAttention.keys
+    last_attn, last_log_p = align[..., 0], align[..., 1:]  # (B, S), (B, S, V)
     # log p(y_prev | j): the row's column of last_log_p. The initial state's log-probabilities are 0,
     # so the first step (y_prev <s>) keeps the initial alignment as it is.
-    emitted = (last_log_p * F.one_hot(y_prev, last_log_p.size(2)).to(last_log_p.dtype)[:, None, :]).sum(2)
+    emitted = (last_log_p * F.one_hot(y_prev, last_log_p.size(-1)).to(last_log_p.dtype)[:, None, :]).sum(-1)
     post = torch.log_softmax((last_attn + emitted).masked_fill(pad_mask, MASKED_SCORE), dim=-1)  # (B, S)
     pos = torch.arange(pad_mask.size(1), device=pad_mask.device)  # from pad_mask, which every member shares
     backward = pos[None, :] < pos[:, None]  # (S_i, S_j) True where j < i: a move back
-    moves = att.scores(query, keys, pad_mask)[:, None, :].masked_fill(backward, MASKED_SCORE)  # (B, S, S)
-    log_attn = torch.logsumexp(post[:, :, None] + torch.log_softmax(moves, dim=-1), dim=1)  # (B, S)
+    moves = att.scores(query, keys, pad_mask)[..., None, :].masked_fill(backward, MASKED_SCORE)  # (B, S, S)
+    log_attn = torch.logsumexp(post[..., None] + torch.log_softmax(moves, dim=-1), dim=-2)  # (B, S)
     log_attn, attn = cut(log_attn, top_k)
-    log_probs, feed, log_p = mix(att, log_attn, attn, query, enc_out, generator, dropout)
-    return log_probs, feed, attn, torch.cat([log_attn[:, :, None], log_p], dim=2)
+    log_probs, feed, log_p = mix(att, log_attn, attn, query, w_src_h, generator, dropout)
+    return log_probs, feed, attn, torch.cat([log_attn[..., None], log_p], dim=-1)
 
 
-def mix(att: nn.Module, log_attn, attn, query, enc_out, generator: nn.Linear, dropout: nn.Dropout):
+def mix(att: nn.Module, log_attn, attn, query, w_src_h, generator: nn.Linear, dropout: nn.Dropout):
     # log_attn, attn (B, S) -> log_probs (B, V), feed (B, H), each position's log p (B, S, V).
-    # W_c [h_j; h_t] as W_src h_j + W_query h_t: no (B, S, 2H) copy of the query at every position.
-    w_src, w_query = att.linear_out.weight.split(att.hidden_size, dim=1)  # (H, H) each
-    attn_h = torch.tanh(F.linear(enc_out, w_src) + F.linear(query, w_query)[:, None, :])  # (B, S, H)
+    attn_h = att.attn_h_each(w_src_h, query)  # (B, S, H)
     log_p = torch.log_softmax(generator(dropout(attn_h)), dim=-1)  # (B, S, V)
-    log_probs = torch.logsumexp(log_attn[:, :, None] + log_p, dim=1)  # (B, V)
-    return log_probs, torch.einsum("bs,bsh->bh", attn, attn_h), log_p
+    log_probs = torch.logsumexp(log_attn[..., None] + log_p, dim=-2)  # (B, V)
+    return log_probs, (attn[..., None, :] @ attn_h).squeeze(-2), log_p
 
 
 def cut(log_attn: torch.Tensor, top_k: Optional[torch.Tensor]):

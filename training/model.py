@@ -3,7 +3,7 @@
 Read top to bottom: config -> encoder (with optional self-attention) -> attention
 -> decoder -> seq2seq. Names follow the whole project: `src` (B, S) token ids,
 `src_len` (B,), `enc_out` (B, S, H), `keys` (B, S, H) the per-source precomputed
-attention keys, `pad_mask` (B, S) True where `src` is padding, `attn` (B, S) or
+attention keys ((B, S, 2H) for the outputs that read each position), `pad_mask` (B, S) True where `src` is padding, `attn` (B, S) or
 (B, T, S), `self_attn` (B, heads, S, S), `top_k` (B,) the inference-time attention
 mode of each row (0 soft, 1 hard, k top-k), `align` (B, S, 1 + V) the monotonic
 output's alignment state.
@@ -214,7 +214,16 @@ class GlobalAttention(nn.Module):
             self.log_scale = nn.Parameter(torch.tensor(math.log(10.0)))
         self.linear_out = nn.Linear(2 * hidden_size, hidden_size, bias=False)
 
-    def keys(self, enc_out: torch.Tensor) -> torch.Tensor:
+    def keys(self, enc_out: torch.Tensor, each_position: bool = False) -> torch.Tensor:
+        keys = self._score_keys(enc_out)  # (B, S, H)
+        if not each_position:
+            return keys
+        # The outputs that read each position (hard_attention.py) make attn_h_j = tanh(W_src h_j + W_query h_t)
+        # at every step: W_src h_j depends on the source alone, so it is made here, once, beside the keys.
+        w_src = self.linear_out.weight[:, :self.hidden_size]  # (H, H)
+        return torch.cat([keys, F.linear(enc_out, w_src)], dim=-1)  # (B, S, 2H)
+
+    def _score_keys(self, enc_out: torch.Tensor) -> torch.Tensor:
         if self.score == "general":
             return self.W_a(enc_out)  # (B, S, H)
         if self.score == "additive":
@@ -228,13 +237,14 @@ class GlobalAttention(nn.Module):
 
     def scores(self, query, keys, pad_mask):
         # query (B, H), keys (B, S, H), pad_mask (B, S) True at padding -> (B, S), padding at MASKED_SCORE
+        # (here and in forward: also with a leading member axis N, for training/stacked.py)
         if self.score == "additive":
-            scores = self.v(torch.tanh(keys + self.W_q(query)[:, None, :])).squeeze(2)  # (B, S)
+            scores = self.v(torch.tanh(keys + self.W_q(query)[..., None, :])).squeeze(-1)  # (B, S)
         elif self.score == "cosine":
             q = F.normalize(query, dim=-1)
-            scores = self.log_scale.exp() * torch.bmm(keys, q[:, :, None]).squeeze(2)  # (B, S)
+            scores = self.log_scale.exp() * (keys @ q[..., None]).squeeze(-1)  # (B, S)
         else:
-            scores = torch.bmm(keys, query[:, :, None]).squeeze(2)  # (B, S)
+            scores = (keys @ query[..., None]).squeeze(-1)  # (B, S)
         return scores.masked_fill(pad_mask, MASKED_SCORE)
 
     def forward(self, query, enc_out, keys, pad_mask, top_k=None):
@@ -242,9 +252,15 @@ class GlobalAttention(nn.Module):
         attn = torch.softmax(self.scores(query, keys, pad_mask), dim=-1)  # (B, S)
         if top_k is not None:
             attn = keep_top_k(attn, top_k)
-        context = torch.bmm(attn[:, None, :], enc_out).squeeze(1)  # (B, H)
+        context = (attn[..., None, :] @ enc_out).squeeze(-2)  # (B, H)
         attn_h = torch.tanh(self.linear_out(torch.cat([context, query], dim=-1)))  # (B, H)
         return attn_h, attn
+
+    def attn_h_each(self, w_src_h, query):
+        # attn_h_j = tanh(W_c [h_j; h_t]) at every source position j (hard_attention.mix), as
+        # W_src h_j + W_query h_t, W_src h_j (B, S, H) made by keys(): no (B, S, 2H) copy of the query. -> (B, S, H)
+        w_query = self.linear_out.weight[:, self.hidden_size:]  # (H, H)
+        return torch.tanh(w_src_h + F.linear(query, w_query)[..., None, :])
 
 
 class Decoder(nn.Module):
@@ -283,6 +299,11 @@ class Decoder(nn.Module):
         return (["h"] + (["c"] if self.is_lstm else []) + (["feed"] if self.feeds else [])
                 + (["align"] if self.monotonic else []))
 
+    def keys(self, enc_out: torch.Tensor) -> torch.Tensor:
+        """What the steps read of each source position besides enc_out, made once per source: (B, S, H),
+        and for the outputs that read each position (B, S, 2H) (see GlobalAttention.keys)."""
+        return self.attention.keys(enc_out, each_position=self.mixture)
+
     def init_state(self, summary: torch.Tensor, pad_mask: torch.Tensor) -> DecoderState:
         B, H = summary.shape
         h = torch.tanh(self.init(summary)).view(B, -1, H).transpose(0, 1).contiguous()  # (L, B, H)
@@ -308,11 +329,10 @@ class Decoder(nn.Module):
         query = rnn_out[:, 0]  # (B, H) the top layer
         if self.monotonic:
             log_probs, feed, attn, align = hard_attention.monotonic(
-                self.attention, query, enc_out, keys, pad_mask, top_k, self.generator, self.dropout, y_prev,
-                state.align)
+                self.attention, query, keys, pad_mask, top_k, self.generator, self.dropout, y_prev, state.align)
             return DecoderState(h, c, feed, align), log_probs, attn  # (B, V), (B, S)
         if self.mixture:
-            log_probs, feed, attn = hard_attention.mixture(self.attention, query, enc_out, keys, pad_mask, top_k,
+            log_probs, feed, attn = hard_attention.mixture(self.attention, query, keys, pad_mask, top_k,
                                                            self.generator, self.dropout)  # (B, V), (B, H), (B, S)
             return DecoderState(h, c, feed), log_probs, attn
         if self.attention is not None:
@@ -340,7 +360,7 @@ class Seq2Seq(nn.Module):
         S = src.size(1)
         pad_mask = torch.arange(S, device=src.device)[None, :] >= src_len[:, None]  # (B, S)
         enc_out, summary, self_attn = self.encoder(src, src_len, pad_mask)
-        keys = self.decoder.attention.keys(enc_out) if self.decoder.attention is not None else None
+        keys = self.decoder.keys(enc_out) if self.decoder.attention is not None else None
         return Encoded(enc_out, keys, pad_mask, self.decoder.init_state(summary, pad_mask), self_attn)
 
     def forward(self, src, src_len, tgt_in):

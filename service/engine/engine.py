@@ -42,7 +42,7 @@ class Running:
     y_prev: np.ndarray  # (B,) int64, the previous output token
     state: dict[str, np.ndarray]  # h, c: (L, B, H); feed: (B, H); align: (B, S, 1 + V)
     enc_out: np.ndarray | None  # (B, S, H)
-    keys: np.ndarray | None  # (B, S, H)
+    keys: np.ndarray | None  # (B, S, H), or (B, S, 2H) (training/model.py Decoder.keys)
     pad_mask: np.ndarray  # (B, S) True at padding
     top_k: np.ndarray | None = None  # (B,) int64, each row's attention mode (0 soft, 1 hard, k top-k)
     self_attn: np.ndarray | None = None  # (B, heads, S, S), kept for the results

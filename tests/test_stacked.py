@@ -1,0 +1,102 @@
+"""Members of one shape stepped as one (training/stacked.py): the same step as stepping each member in
+turn, exported with parity, one answer per word alone or in a batch, and a step graph of about one
+member's size."""
+import collections
+import itertools
+
+import numpy as np
+import onnx
+import pytest
+import torch
+
+from service.config import EngineConfig
+from service.engine.bundle import load_bundle
+from service.engine.engine import Engine
+from training import train
+from training.data import BOS_ID
+from training.ensemble import Ensemble, EnsembleDecoder
+from training.export import build_bundle, parity_ok
+from training.model import ModelConfig, Seq2Seq
+from training.stacked import StackedDecoder, stackable
+
+
+def tiny(seed: int, **kw) -> Seq2Seq:
+    torch.manual_seed(seed)
+    return Seq2Seq(ModelConfig(**{"src_vocab_size": 12, "tgt_vocab_size": 9, "hidden_size": 8, "emb_dim": 6,
+                                  "dropout": 0.0, **kw})).eval()
+
+
+def test_members_of_one_shape_stack_and_others_do_not():
+    base = ModelConfig(src_vocab_size=12, tgt_vocab_size=9)
+    assert stackable((base, ModelConfig(src_vocab_size=12, tgt_vocab_size=9, dropout=0.5)))  # dropout: training only
+    assert not stackable((base, ModelConfig(src_vocab_size=12, tgt_vocab_size=9, hidden_size=128)))
+    assert isinstance(Ensemble([tiny(0), tiny(1, dropout=0.3)]).decoder, StackedDecoder)
+    assert isinstance(Ensemble([tiny(0), tiny(1, hidden_size=10)]).decoder, EnsembleDecoder)
+
+
+@pytest.mark.parametrize("cell,output", itertools.product(["lstm", "gru", "rnn"], ["context", "mixture", "monotonic"]))
+def test_the_stacked_step_is_the_members_steps_in_turn(cell, output):
+    src, src_len = torch.tensor([[4, 5, 6, 7, 8], [9, 10, 11, 0, 0], [4, 4, 0, 0, 0]]), torch.tensor([5, 3, 2])
+    for attention, layers in itertools.product(["dot", "general", "additive", "cosine"], [1, 2]):
+        members = [tiny(seed, cell=cell, output=output, attention=attention, dec_layers=layers) for seed in range(3)]
+        ens = Ensemble(members).eval()
+        in_turn = EnsembleDecoder([m.decoder for m in members])
+        with torch.no_grad():
+            enc = ens.encode(src, src_len)
+            stacked_state = turn_state = enc.state
+            y = torch.full((3,), BOS_ID)
+            for _ in range(4):  # a few steps, so the state each returns is read back
+                for top_k in (None, torch.tensor([0, 1, 2])):  # soft; and per row soft, hard, top-2
+                    s_state, s_log_probs, s_attn = ens.decoder.step(y, stacked_state, enc.enc_out, enc.keys,
+                                                                   enc.pad_mask, top_k)
+                    t_state, t_out, t_attn = in_turn.step(y, turn_state, enc.enc_out, enc.keys, enc.pad_mask, top_k)
+                    torch.testing.assert_close(s_log_probs, in_turn.log_probs(t_out))
+                    torch.testing.assert_close(s_attn, t_attn)
+                    for name, a, b in zip(t_state._fields, s_state, t_state):
+                        assert (a is None) == (b is None), name
+                        if a is not None:
+                            torch.testing.assert_close(a, b, msg=name)
+                stacked_state, turn_state = s_state, t_state
+                y = s_log_probs.argmax(-1)
+
+
+@pytest.fixture(scope="module")
+def stacked_bundles(small_corpus, tmp_path_factory):
+    """Two members of the low recipe's shape (monotonic output), one at another dropout; the three of them
+    with the first twice; and the first alone."""
+    tmp = tmp_path_factory.mktemp("stacked")
+    paths = []
+    for seed, dropout in ((1, "0.0"), (2, "0.3")):
+        train.main(["--corpus", "tsv", "--tsv", str(small_corpus), "--out", str(tmp / f"s{seed}"), "--hidden-size",
+                    "16", "--enc-layers", "1", "--emb-dim", "8", "--batch-size", "64", "--max-epochs", "1",
+                    "--lr", "0.01", "--dropout", dropout, "--output", "monotonic", "--threads", "1", "--device",
+                    "cpu", "--seed", str(seed)])
+        paths.append(tmp / f"s{seed}" / "best.pt")
+    ensemble = build_bundle(paths, tmp / "ens" / "1", "ens", "1", parity_words=300)
+    build_bundle(paths + paths[:1], tmp / "ens3" / "1", "ens3", "1", parity_words=10)
+    build_bundle(paths[0], tmp / "one" / "1", "one", "1", parity_words=10)
+    return tmp, ensemble
+
+
+def computing_nodes(path) -> collections.Counter:
+    return collections.Counter(n.op_type for n in onnx.load(str(path)).graph.node if n.op_type != "Constant")
+
+
+def test_a_stacked_ensemble_exports_with_parity_and_a_step_that_does_not_grow_with_its_members(stacked_bundles):
+    tmp, ensemble = stacked_bundles
+    assert parity_ok(ensemble["parity"]) and ensemble["parity"]["words"] > 50
+    two, three, one = (computing_nodes(tmp / name / "1" / "decoder_step.onnx") for name in ("ens", "ens3", "one"))
+    assert two == three  # the same graph, with larger weights
+    assert two["MatMul"] <= one["MatMul"] + 2  # batched products (the cell's two among them), not a set per member
+
+
+def test_a_stacked_ensemble_gives_a_word_one_answer_alone_or_in_a_batch(stacked_bundles):
+    tmp, _ = stacked_bundles
+    engine = Engine(load_bundle(tmp / "ens"), EngineConfig(max_output_len=16))
+    words = [list(w) for w in ("knight", "phoenix", "exit", "a", "onomatopoeia", "rhythm", "queue", "x")]
+    batched = engine.decode(words)
+    for word, together in zip(words, batched):
+        alone = engine.decode([word])[0]
+        assert alone.output_ids == together.output_ids, word
+        assert abs(alone.score - together.score) <= 1e-4, word
+        np.testing.assert_allclose(alone.attn, together.attn, atol=1e-5)

@@ -1,0 +1,170 @@
+"""An ensemble's decoder step with its members run as one: every weight gains a leading member axis.
+
+training/ensemble.py's EnsembleDecoder steps its N members in turn, so the step graph has N times a
+member's nodes, and on a CPU a small model's step costs about what its nodes cost to dispatch. When
+the members share one shape (the same ModelConfig but for dropout: seeds of one recipe), the same
+arithmetic is one batched product per weight,
+
+    gates = x W_ih + h W_hh + b      x (N, B, E + H), W_ih (N, E + H, G H)  ->  (N, B, G H)
+
+and the step graph has about one member's nodes. The graph's inputs and outputs stay those of
+EnsembleDecoder (the members' slices side by side on the hidden axis), so the encoder, the engine
+and its bundles are unchanged; only the step's inside is. Inference only: no dropout.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn as nn
+
+from training import hard_attention
+from training.model import DecoderState, GlobalAttention, ModelConfig
+
+
+def stackable(configs: tuple[ModelConfig, ...]) -> bool:
+    """Whether members of these configs can be stepped as one: the same shape, dropout aside."""
+    shape = [{k: v for k, v in c.to_dict().items() if k != "dropout"} for c in configs]
+    return all(s == shape[0] for s in shape)
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """F.linear per member: x (N, ..., in), weight (N, out, in), bias (N, out) -> (N, ..., out)."""
+    N, out, n_in = weight.shape
+    middle = (1,) * (x.dim() - 3)  # so that the weight broadcasts over the axes between N and the last
+    y = x @ weight.transpose(1, 2).reshape(N, *middle, n_in, out)
+    return y if bias is None else y + bias.reshape(N, *middle, 1, out)
+
+
+class StackedLinear(nn.Module):
+    """N members' nn.Linear(in, out) as one: weight (N, out, in), bias (N, out) or None."""
+
+    def __init__(self, linears: list[nn.Linear]):
+        super().__init__()
+        self.weight = nn.Parameter(torch.stack([m.weight for m in linears]))
+        self.bias = nn.Parameter(torch.stack([m.bias for m in linears])) if linears[0].bias is not None else None
+
+    def forward(self, x):
+        return linear(x, self.weight, self.bias)
+
+
+class StackedAttention(GlobalAttention):
+    """The members' GlobalAttentions as one. GlobalAttention's scores and forward read a leading
+    member axis as they read any other; keys() stays the members' own, in their encoders."""
+
+    def __init__(self, members: list[GlobalAttention]):
+        nn.Module.__init__(self)
+        first = members[0]
+        self.score, self.hidden_size = first.score, first.hidden_size
+        if self.score == "additive":
+            self.W_q = StackedLinear([m.W_q for m in members])
+            self.v = StackedLinear([m.v for m in members])
+        elif self.score == "cosine":
+            self.log_scale = nn.Parameter(torch.stack([m.log_scale for m in members]).reshape(-1, 1, 1))  # (N, 1, 1)
+        self.linear_out = StackedLinear([m.linear_out for m in members])
+
+    def attn_h_each(self, w_src_h, query):
+        # w_src_h (N, B, S, H), query (N, B, H) -> (N, B, S, H); as GlobalAttention's, per member
+        w_query = self.linear_out.weight[:, :, self.hidden_size:]  # (N, H, H)
+        return torch.tanh(w_src_h + linear(query, w_query)[..., None, :])
+
+
+class StackedCell(nn.Module):
+    """One layer of the members' RNN cells (torch's gate order: LSTM i, f, g, o; GRU r, z, n)."""
+
+    def __init__(self, rnns: list[nn.RNNBase], layer: int):
+        super().__init__()
+        self.kind = "lstm" if isinstance(rnns[0], nn.LSTM) else "gru" if isinstance(rnns[0], nn.GRU) else "rnn"
+        self.H = rnns[0].hidden_size  # a Python int: the gates' slices are constants in the graph
+        self.ih = StackedLinear([_Weights(r, "ih", layer) for r in rnns])
+        self.hh = StackedLinear([_Weights(r, "hh", layer) for r in rnns])
+
+    def forward(self, x, h, c):
+        # x (N, B, in), h and c (N, B, H) -> the next h and c (None but for an LSTM)
+        gi, gh = self.ih(x), self.hh(h)  # (N, B, G H)
+        if self.kind == "lstm":
+            i, f, g, o = (gi + gh).split(self.H, dim=-1)
+            c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+            return torch.sigmoid(o) * torch.tanh(c), c
+        if self.kind == "gru":
+            (i_r, i_z, i_n), (h_r, h_z, h_n) = gi.split(self.H, dim=-1), gh.split(self.H, dim=-1)
+            r, z = torch.sigmoid(i_r + h_r), torch.sigmoid(i_z + h_z)
+            n = torch.tanh(i_n + r * h_n)
+            return (1 - z) * n + z * h, None
+        return torch.tanh(gi + gh), None
+
+
+class _Weights(nn.Module):
+    """One layer's input (ih) or hidden (hh) weights of a torch RNN, seen as an nn.Linear's."""
+
+    def __init__(self, rnn: nn.RNNBase, which: str, layer: int):
+        super().__init__()
+        self.weight, self.bias = getattr(rnn, f"weight_{which}_l{layer}"), getattr(rnn, f"bias_{which}_l{layer}")
+
+
+class StackedDecoder(nn.Module):
+    """The members' decoders (attention, same shape) stepped as one; EnsembleDecoder's contract,
+    except that `out` is already the ensemble's log-probabilities."""
+
+    def __init__(self, decoders: list[nn.Module]):
+        super().__init__()
+        first = decoders[0]
+        self.n, self.H = len(decoders), first.generator.in_features
+        self.layers = first.rnn.num_layers
+        self.has_attention, self.monotonic, self.mixture = True, first.monotonic, first.mixture
+        self.state_names = first.state_names  # h, (c,) feed, (align)
+        self.embed = nn.Parameter(torch.stack([d.embed.weight for d in decoders]))  # (N, V, E)
+        self.cells = nn.ModuleList(StackedCell([d.rnn for d in decoders], k) for k in range(self.layers))
+        self.attention = StackedAttention([d.attention for d in decoders])
+        self.generator = StackedLinear([d.generator for d in decoders])
+
+    def _members(self, x: torch.Tensor | None, width: int, lead=None) -> torch.Tensor | None:
+        # The members' slices of the last axis on a new leading axis: (B, N W) -> (N, B, W),
+        # (lead, *, N W) -> (N, lead, *, W). Shapes written out, with -1 for an axis the graph would
+        # otherwise compute from the input's shape at every step.
+        if x is None:
+            return None
+        if x.dim() == 2:
+            return x.reshape(-1, self.n, width).transpose(0, 1)
+        return x.reshape(self.layers if lead is None else lead, -1, self.n, width).permute(2, 0, 1, 3)
+
+    def _side_by_side(self, x: torch.Tensor | None, width: int, lead=None) -> torch.Tensor | None:
+        # The inverse of _members: (N, B, W) -> (B, N W), (N, lead, *, W) -> (lead, *, N W)
+        if x is None:
+            return None
+        width = self.n * width
+        if x.dim() == 3:
+            return x.transpose(0, 1).reshape(-1, width)
+        return x.permute(1, 2, 0, 3).reshape(self.layers if lead is None else lead, -1, width)
+
+    def step(self, y_prev, state: DecoderState, enc_out=None, keys=None, pad_mask=None, top_k=None):
+        B, H, V = y_prev.size(0), self.H, self.generator.weight.size(1)
+        h, c = self._members(state.h, H), self._members(state.c, H)  # (N, L, B, H)
+        feed, align = self._members(state.feed, H), self._members(state.align, 1 + V, B)  # (N, B, H), (N, B, S, 1 + V)
+        enc_out = self._members(enc_out, H, B)  # (N, B, S, H)
+        keys = self._members(keys, 2 * H if self.mixture else H, B)  # (N, B, S, H or 2H): see Decoder.keys
+        x = torch.cat([torch.index_select(self.embed, 1, y_prev), feed], dim=-1)  # (N, B, E + H)
+        hs, cs = [], []
+        for k, cell in enumerate(self.cells):
+            x, c_k = cell(x, h[:, k], c[:, k] if c is not None else None)  # (N, B, H)
+            hs.append(x)
+            cs.append(c_k)
+        query = x
+        align_next = None
+        if self.monotonic:
+            log_p, feed, attn, align_next = hard_attention.monotonic(
+                self.attention, query, keys, pad_mask, top_k, self.generator, nn.Identity(), y_prev, align)
+        elif self.mixture:
+            log_p, feed, attn = hard_attention.mixture(self.attention, query, keys, pad_mask, top_k,
+                                                       self.generator, nn.Identity())
+        else:
+            feed, attn = self.attention(query, enc_out, keys, pad_mask, top_k)  # (N, B, H), (N, B, S)
+            log_p = torch.log_softmax(self.generator(feed), dim=-1)  # (N, B, V)
+        log_probs = torch.logsumexp(log_p, dim=0) - math.log(self.n)  # (B, V) the members' mean probability
+        state = DecoderState(self._side_by_side(torch.stack(hs, dim=1), H),  # (L, B, N H)
+                             self._side_by_side(torch.stack(cs, dim=1), H) if c is not None else None,
+                             self._side_by_side(feed, H), self._side_by_side(align_next, 1 + V, B))
+        return state, log_probs, attn.mean(0)  # (B, V), (B, S)
+
+    def log_probs(self, out: torch.Tensor) -> torch.Tensor:
+        return out  # (B, V): step() already averaged the members
