@@ -35,14 +35,23 @@ def test_members_of_one_shape_stack_and_others_do_not():
 
 
 @pytest.mark.parametrize("cell,output", itertools.product(["lstm", "gru", "rnn"], ["context", "mixture", "monotonic"]))
-def test_the_stacked_step_is_the_members_steps_in_turn(cell, output):
+def test_the_stacked_encoder_and_step_are_the_members_in_turn(cell, output):
     src, src_len = torch.tensor([[4, 5, 6, 7, 8], [9, 10, 11, 0, 0], [4, 4, 0, 0, 0]]), torch.tensor([5, 3, 2])
-    for attention, layers in itertools.product(["dot", "general", "additive", "cosine"], [1, 2]):
-        members = [tiny(seed, cell=cell, output=output, attention=attention, dec_layers=layers) for seed in range(3)]
+    for (attention, layers), bidirectional in zip(itertools.product(["dot", "general", "additive", "cosine"], [1, 2]),
+                                                  itertools.cycle([True, False, False])):
+        members = [tiny(seed, cell=cell, output=output, attention=attention, dec_layers=layers, enc_layers=layers,
+                        bidirectional=bidirectional) for seed in range(3)]
         ens = Ensemble(members).eval()
         in_turn = EnsembleDecoder([m.decoder for m in members])
         with torch.no_grad():
             enc = ens.encode(src, src_len)
+            turn = Ensemble(members).eval()
+            turn.stacked_encoder = None  # each member's encoder in turn, its results side by side
+            for name, a, b in zip(enc._fields, enc, turn.encode(src, src_len)):
+                for x, y in zip(a if name == "state" else [a], b if name == "state" else [b]):
+                    assert (x is None) == (y is None), name
+                    if x is not None:
+                        torch.testing.assert_close(x, y, msg=name)
             stacked_state = turn_state = enc.state
             y = torch.full((3,), BOS_ID)
             for _ in range(4):  # a few steps, so the state each returns is read back

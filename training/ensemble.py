@@ -29,7 +29,7 @@ import torch
 import torch.nn as nn
 
 from training.model import DecoderState, Encoded, ModelConfig, Seq2Seq
-from training.stacked import StackedDecoder, stackable
+from training.stacked import StackedDecoder, StackedEncoder, stackable
 
 
 @dataclass(frozen=True)
@@ -113,10 +113,14 @@ class Ensemble(nn.Module):
         self.cfg = EnsembleConfig(tuple(m.cfg for m in members))
         self.models = nn.ModuleList(members)
         # Members of one shape step as one (training/stacked.py); others each on their own slices.
-        decoder = StackedDecoder if stackable(self.cfg.members) else EnsembleDecoder
-        self.decoder = decoder([m.decoder for m in members])
+        stacked = stackable(self.cfg.members)
+        self.decoder = (StackedDecoder if stacked else EnsembleDecoder)([m.decoder for m in members])
+        self.stacked_encoder = (StackedEncoder(members, self.decoder)
+                                if stacked and not self.cfg.members[0].self_attention_heads else None)
 
     def encode(self, src, src_len) -> Encoded:
+        if self.stacked_encoder is not None:
+            return self.stacked_encoder(src, src_len)
         encs = [m.encode(src, src_len) for m in self.models]
         state = cat_states([e.state for e in encs])
         return Encoded(torch.cat([e.enc_out for e in encs], dim=2),  # (B, S, sum H)

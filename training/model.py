@@ -101,18 +101,22 @@ class Encoded(NamedTuple):
     self_attn: Optional[torch.Tensor]  # (B, heads, S, S); None without self-attention
 
 
-def reverse_padded(x: torch.Tensor, src_len: torch.Tensor) -> torch.Tensor:
+def reverse_padded(x: torch.Tensor, src_len: torch.Tensor, index: Optional[torch.Tensor] = None) -> torch.Tensor:
     """Reverse each sequence within its own length, leaving padding in place.
 
     Used instead of pack_padded_sequence, which does not export to ONNX: the
     backward RNN then starts at each sequence's last real token, never at padding.
-    The permutation is its own inverse.
+    The permutation is its own inverse. `index`: reversal_index's, where several tensors share it.
     """
-    S = x.size(1)
-    t = torch.arange(S, device=x.device)[None, :]  # (1, S)
+    index = reversal_index(src_len, x.size(1)) if index is None else index  # (B, S)
+    return x.gather(1, index[:, :, None].expand_as(x))
+
+
+def reversal_index(src_len: torch.Tensor, S) -> torch.Tensor:
+    """(B, S): where each position of a sequence reversed within its length reads from."""
+    t = torch.arange(S, device=src_len.device)[None, :]  # (1, S)
     length = src_len[:, None]  # (B, 1)
-    index = torch.where(t < length, length - 1 - t, t)  # (B, S)
-    return x.gather(1, index[:, :, None].expand(-1, -1, x.size(2)))
+    return torch.where(t < length, length - 1 - t, t)
 
 
 class SelfAttention(nn.Module):
