@@ -65,6 +65,18 @@ def test_a_language_is_trained_exported_scored_and_tabled_and_resumes_without_tr
     assert f"| {scores['test']['greedy']:.2f} |" in row and "| 20.00 |" in row
 
 
+def test_a_recipes_alt_flags_train_each_seed_again_as_more_members(task, monkeypatch):
+    recipe = sigmorphon.RECIPES["low"]
+    six = Recipe(recipe.flags, seeds=(1,), alt_flags=("--dropout", "0.3"))
+    monkeypatch.setattr(sigmorphon, "RECIPES", {"low": six})
+    manifest = load_bundle(sigmorphon.build("tiny")).manifest
+    assert manifest["task_scores"]["members"] == 2
+    assert [m["dropout"] for m in manifest["model_config"]["ensemble"]] == [0.0, 0.3]  # the later flag wins
+    assert (task / "runs" / "tiny" / "seed1-alt" / "result.json").exists()
+    assert six.members(sigmorphon.RULES) == [(1, False), (1, True)]
+    assert six.members(sigmorphon_transfer.variant()) == [(1, False)]  # the transfer row keeps its members
+
+
 def test_cmudict_in_the_task_ipa_is_marked_and_leaves_out_the_held_out_words(tmp_path):
     from training.sigmorphon_english import MARK, to_ipa, write_targets
 

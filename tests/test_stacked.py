@@ -94,6 +94,8 @@ def computing_nodes(path) -> collections.Counter:
 def test_a_stacked_ensemble_exports_with_parity_and_a_step_that_does_not_grow_with_its_members(stacked_bundles):
     tmp, ensemble = stacked_bundles
     assert parity_ok(ensemble["parity"]) and ensemble["parity"]["words"] > 50
+    one_manifest = load_bundle(tmp / "one").manifest
+    assert ensemble["parameters"] == 2 * one_manifest["parameters"]  # the members', not their repacked copies too
     two, three, one = (computing_nodes(tmp / name / "1" / "decoder_step.onnx") for name in ("ens", "ens3", "one"))
     assert two == three  # the same graph, with larger weights
     assert two["MatMul"] <= one["MatMul"] + 2  # batched products (the cell's two among them), not a set per member

@@ -271,7 +271,8 @@ def build_bundle(checkpoint: Path | list[Path], out: Path, name: str, version: s
         "max_output_len": max_len,
         "model_config": ckpt["model_config"], "train_config": ckpt["train_config"], "data": data,
         "training": training_summary(ckpt),
-        "parameters": sum(p.numel() for p in model.parameters()),
+        # an ensemble's: its members' (a stacked ensemble also holds them repacked, training/stacked.py)
+        "parameters": sum(p.numel() for m in getattr(model, "models", [model]) for p in m.parameters()),
         # What the API reports (ModelInfo): a model without attention returns no attention matrix.
         "has_attention": model.decoder.has_attention,
         "attention_modes": ["soft", "hard", "topk"] if model.decoder.has_attention else [],

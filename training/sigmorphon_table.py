@@ -80,11 +80,12 @@ def recipe_lines() -> list[str]:
     for subtask in SUBTASKS:
         r = RECIPES[subtask]
         extra = "; plus CMUdict in the task's IPA, marked (training/sigmorphon_english.py)" if r.cmudict_ipa else ""
-        lines.append(f"- **{subtask}** (seeds {', '.join(map(str, r.seeds))}{extra}): `{' '.join(r.flags)}`")
+        alt = f", and each again with `{' '.join(r.alt_flags)}`" if r.alt_flags else ""
+        lines.append(f"- **{subtask}** (seeds {', '.join(map(str, r.seeds))}{alt}{extra}): `{' '.join(r.flags)}`")
     from training.sigmorphon_transfer import PRETRAIN_FLAGS
 
     lines.append(f"- **low, pretrained** (its own row; training/sigmorphon_transfer.py): one model pretrained with "
-                 f"`{' '.join(PRETRAIN_FLAGS)}`, then the low recipe from it with `--init-from`, "
+                 f"`{' '.join(PRETRAIN_FLAGS)}`, then the low recipe's seeds (not its alt_flags members) from it with `--init-from`, "
                  f"`--init-vocab by-symbol` and `--output context` (made before the low recipe's monotonic output)")
     lines += ["", "A language's own flags beside its subtask's (training/sigmorphon.py LANG_FLAGS): "
               + "; ".join(f"`{lang}` `{' '.join(flags)}` ({why})" for lang, (flags, why) in sorted(LANG_FLAGS.items()))
@@ -105,12 +106,10 @@ TRIED = """## Tried, not shipped
 Measured on dev (fp32, through the engine) against the shipped recipe, on 2026-12-02; the test file was read
 once, for the one candidate built.
 
-- **low, six members** (the three seeds, and the same three again with `--dropout 0.5`): dev macro 23.5 with
-  beam 5, against 24.6 for the shipped recipe's three seeds trained again on the same machine (five seeds at
-  0.3: 24.3; three at 0.5: 24.5). Built and scored: test macro 26.60 against the shipped 27.30. Not shipped: a
-  lone word's time doubles (`python -m bench.many_models`: the low models' p50 2.1-2.6 ms became 4.0-6.1, over
-  the 3 ms target) and the 24 models' resident memory went from 1,241 to 1,587 MB, over 1.5 GB. An ensemble
-  whose members run as one batched step would make it affordable.
+- **low, six members**, in turn (before training/stacked.py): better on dev and test (now the recipe), but a
+  lone word's time doubled (`python -m bench.many_models`: the low models' p50 2.1-2.6 ms became 4.0-6.1, over
+  the 3 ms target) and the 24 models' resident memory went from 1,241 to 1,587 MB, over 1.5 GB. Members of one
+  shape now step as one, and the six cost about what three did in turn.
 - **medium, the monotonic output** at the full 60 epochs, on the two languages furthest behind: `kor` 19.8
   against 20.7 for the same schedule with soft attention, `hbs_latn` 38.1 against 36.9. Mixed, so not run on
   the other eight. Finishing the 60 epochs with soft attention did not beat the shipped models either (`kor`

@@ -14,6 +14,7 @@ and its bundles are unchanged; only the step's inside is. Inference only: no dro
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 
 import torch
 import torch.nn as nn
@@ -101,36 +102,38 @@ class StackedAttention(GlobalAttention):
 
 
 class StackedCell(nn.Module):
-    """One layer of the members' RNN cells (torch's gate order: LSTM i, f, g, o; GRU r, z, n)."""
+    """One layer of the members' RNN cells (torch's gate order: LSTM i, f, g, o; GRU r, z, n). An LSTM's
+    or plain RNN's input and hidden products are one, on [x; h]; a GRU's stay two (r scales only W_hn h)."""
 
     def __init__(self, rnns: list[nn.RNNBase], layer: int):
         super().__init__()
         self.kind = "lstm" if isinstance(rnns[0], nn.LSTM) else "gru" if isinstance(rnns[0], nn.GRU) else "rnn"
         self.H = rnns[0].hidden_size  # a Python int: the gates' slices are constants in the graph
-        self.ih = StackedLinear([_Weights(r, "ih", layer) for r in rnns])
-        self.hh = StackedLinear([_Weights(r, "hh", layer) for r in rnns])
+
+        def weights(r: nn.RNNBase, which: str) -> SimpleNamespace:  # one layer's, as an nn.Linear holds them
+            return SimpleNamespace(weight=getattr(r, f"weight_{which}_l{layer}"), bias=getattr(r, f"bias_{which}_l{layer}"))
+
+        if self.kind == "gru":
+            self.ih = StackedLinear([weights(r, "ih") for r in rnns])
+            self.hh = StackedLinear([weights(r, "hh") for r in rnns])
+        else:
+            self.both = StackedLinear([SimpleNamespace(weight=torch.cat([i.weight, h.weight], dim=1), bias=i.bias + h.bias)
+                                       for i, h in ((weights(r, "ih"), weights(r, "hh")) for r in rnns)])
 
     def forward(self, x, h, c):
         # x (N, B, in), h and c (N, B, H) -> the next h and c (None but for an LSTM)
-        gi, gh = self.ih(x), self.hh(h)  # (N, B, G H)
-        if self.kind == "lstm":
-            i, f, g, o = (gi + gh).split(self.H, dim=-1)
-            c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
-            return torch.sigmoid(o) * torch.tanh(c), c
         if self.kind == "gru":
+            gi, gh = self.ih(x), self.hh(h)  # (N, B, 3H)
             (i_r, i_z, i_n), (h_r, h_z, h_n) = gi.split(self.H, dim=-1), gh.split(self.H, dim=-1)
             r, z = torch.sigmoid(i_r + h_r), torch.sigmoid(i_z + h_z)
             n = torch.tanh(i_n + r * h_n)
             return (1 - z) * n + z * h, None
-        return torch.tanh(gi + gh), None
-
-
-class _Weights(nn.Module):
-    """One layer's input (ih) or hidden (hh) weights of a torch RNN, seen as an nn.Linear's."""
-
-    def __init__(self, rnn: nn.RNNBase, which: str, layer: int):
-        super().__init__()
-        self.weight, self.bias = getattr(rnn, f"weight_{which}_l{layer}"), getattr(rnn, f"bias_{which}_l{layer}")
+        gates = self.both(torch.cat([x, h], dim=-1))  # (N, B, G H)
+        if self.kind == "lstm":
+            i, f, g, o = gates.split(self.H, dim=-1)
+            c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+            return torch.sigmoid(o) * torch.tanh(c), c
+        return torch.tanh(gates), None
 
 
 class StackedDecoder(nn.Module):
