@@ -1,15 +1,15 @@
-"""An ensemble's decoder step with its members run as one: every weight gains a leading member axis.
+"""An ensemble of members of one shape run as one: every weight gains a leading member axis.
 
 training/ensemble.py's EnsembleDecoder steps its N members in turn, so the step graph has N times a
 member's nodes, and on a CPU a small model's step costs about what its nodes cost to dispatch. When
 the members share one shape (the same ModelConfig but for dropout: seeds of one recipe), the same
 arithmetic is one batched product per weight,
 
-    gates = x W_ih + h W_hh + b      x (N, B, E + H), W_ih (N, E + H, G H)  ->  (N, B, G H)
+    gates = [x; h] W + b      [x; h] (N, B, E + 2H), W (N, E + 2H, G H)  ->  (N, B, G H)
 
-and the step graph has about one member's nodes. The graph's inputs and outputs stay those of
-EnsembleDecoder (the members' slices side by side on the hidden axis), so the encoder, the engine
-and its bundles are unchanged; only the step's inside is. Inference only: no dropout.
+and the step graph has one member's nodes, whatever N. The encoder shares all but each member's RNN
+layers. The graphs' inputs and outputs stay EnsembleDecoder's (the members' slices side by side on
+the hidden axis), so the engine and its bundles are unchanged. Inference only: no dropout.
 """
 from __future__ import annotations
 
@@ -111,14 +111,16 @@ class StackedCell(nn.Module):
         self.H = rnns[0].hidden_size  # a Python int: the gates' slices are constants in the graph
 
         def weights(r: nn.RNNBase, which: str) -> SimpleNamespace:  # one layer's, as an nn.Linear holds them
-            return SimpleNamespace(weight=getattr(r, f"weight_{which}_l{layer}"), bias=getattr(r, f"bias_{which}_l{layer}"))
+            return SimpleNamespace(weight=getattr(r, f"weight_{which}_l{layer}"),
+                                   bias=getattr(r, f"bias_{which}_l{layer}"))
 
         if self.kind == "gru":
             self.ih = StackedLinear([weights(r, "ih") for r in rnns])
             self.hh = StackedLinear([weights(r, "hh") for r in rnns])
         else:
-            self.both = StackedLinear([SimpleNamespace(weight=torch.cat([i.weight, h.weight], dim=1), bias=i.bias + h.bias)
-                                       for i, h in ((weights(r, "ih"), weights(r, "hh")) for r in rnns)])
+            pairs = [(weights(r, "ih"), weights(r, "hh")) for r in rnns]
+            self.both = StackedLinear([SimpleNamespace(weight=torch.cat([i.weight, h.weight], dim=1),
+                                                       bias=i.bias + h.bias) for i, h in pairs])
 
     def forward(self, x, h, c):
         # x (N, B, in), h and c (N, B, H) -> the next h and c (None but for an LSTM)
