@@ -89,10 +89,11 @@ RECIPES = {
     "medium": Recipe(("--hidden-size", "256", "--enc-layers", "1", "--emb-dim", "64", "--dropout", "0.3",
                       "--batch-size", "32", "--lr", "3e-3", "--warmup-steps", "100", "--max-epochs", "60",
                       "--max-output-len", "50", "--max-minutes", "25", *COSINE), seeds=(1,)),
-    # 33,344 words plus about 117,000 of CMUdict: one 2-layer model, as many epochs as one core affords
+    # 33,344 words plus about 117,000 of CMUdict: a 2-layer model, as many epochs as one core affords; two
+    # seeds as one ensemble (dev 43.91 with beam 5, against 44.60 for seed 1 alone, 44.48 for seed 2)
     "high": Recipe(("--hidden-size", "256", "--enc-layers", "2", "--emb-dim", "64", "--dropout", "0.3",
                     "--batch-size", "64", "--lr", "3e-3", "--warmup-steps", "300", "--max-epochs", "12",
-                    "--max-output-len", "50", "--max-minutes", "75", *COSINE), seeds=(1,), cmudict_ipa=True),
+                    "--max-output-len", "50", "--max-minutes", "75", *COSINE), seeds=(1, 2), cmudict_ipa=True),
 }
 
 
