@@ -37,10 +37,11 @@ def test_members_of_one_shape_stack_and_others_do_not():
 @pytest.mark.parametrize("cell,output", itertools.product(["lstm", "gru", "rnn"], ["context", "mixture", "monotonic"]))
 def test_the_stacked_encoder_and_step_are_the_members_in_turn(cell, output):
     src, src_len = torch.tensor([[4, 5, 6, 7, 8], [9, 10, 11, 0, 0], [4, 4, 0, 0, 0]]), torch.tensor([5, 3, 2])
-    for (attention, layers), bidirectional in zip(itertools.product(["dot", "general", "additive", "cosine"], [1, 2]),
-                                                  itertools.cycle([True, False, False])):
+    cases = zip(itertools.product(["dot", "general", "additive", "cosine"], [1, 2]),
+                itertools.cycle([True, False, False]), itertools.cycle([0, 0, 0, 2]))
+    for (attention, layers), bidirectional, heads in cases:  # self-attention: the members' encoders in turn
         members = [tiny(seed, cell=cell, output=output, attention=attention, dec_layers=layers, enc_layers=layers,
-                        bidirectional=bidirectional) for seed in range(3)]
+                        bidirectional=bidirectional, self_attention_heads=heads) for seed in range(3)]
         ens = Ensemble(members).eval()
         in_turn = EnsembleDecoder([m.decoder for m in members])
         with torch.no_grad():

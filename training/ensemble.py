@@ -15,8 +15,8 @@ axis, which keeps the graph interface of a single model:
     attn                 = the members' mean attention               (B, S)
 
 Members of one shape (seeds of one recipe) step as one, with batched products (training/stacked.py);
-the graphs' inputs and outputs are the same either way. So the engine, the ONNX Loop, beam search and continuous batching run an ensemble bundle
-exactly as they run any other: the server needs nothing new. Members may differ in size,
+the graphs' inputs and outputs are the same either way. So the engine, the ONNX Loop, beam search and
+continuous batching run an ensemble bundle exactly as they run any other: the server needs nothing new. Members may differ in size,
 encoder, score function and output (context or mixture); they must share the vocabularies, have attention, and share
 the decoder cell and its number of layers (their states are concatenated, not stacked).
 """
