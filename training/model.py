@@ -224,8 +224,8 @@ class GlobalAttention(nn.Module):
             return keys
         # The outputs that read each position (hard_attention.py) make attn_h_j = tanh(W_src h_j + W_query h_t)
         # at every step: W_src h_j depends on the source alone, so it is made here, once, beside the keys.
-        w_src = self.linear_out.weight[:, :self.hidden_size]  # (H, H)
-        return torch.cat([keys, F.linear(enc_out, w_src)], dim=-1)  # (B, S, 2H)
+        w_src = self.linear_out.weight[..., :self.hidden_size]  # (H, H)
+        return torch.cat([keys, self._project(enc_out, w_src)], dim=-1)  # (B, S, 2H)
 
     def _score_keys(self, enc_out: torch.Tensor) -> torch.Tensor:
         if self.score == "general":
@@ -263,8 +263,13 @@ class GlobalAttention(nn.Module):
     def attn_h_each(self, w_src_h, query):
         # attn_h_j = tanh(W_c [h_j; h_t]) at every source position j (hard_attention.mix), as
         # W_src h_j + W_query h_t, W_src h_j (B, S, H) made by keys(): no (B, S, 2H) copy of the query. -> (B, S, H)
-        w_query = self.linear_out.weight[:, self.hidden_size:]  # (H, H)
-        return torch.tanh(w_src_h + F.linear(query, w_query)[..., None, :])
+        w_query = self.linear_out.weight[..., self.hidden_size:]  # (H, H)
+        return torch.tanh(w_src_h + self._project(query, w_query)[..., None, :])
+
+    @staticmethod
+    def _project(x, weight):
+        # x W^T with a slice of linear_out's weight (training/stacked.py: the members' own, per member)
+        return F.linear(x, weight)
 
 
 class Decoder(nn.Module):

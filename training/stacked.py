@@ -71,8 +71,8 @@ class StackedLinear(nn.Module):
 
 
 class StackedAttention(GlobalAttention):
-    """The members' GlobalAttentions as one: GlobalAttention's keys, scores and forward read a leading
-    member axis as they read any other, with these stacked weights."""
+    """The members' GlobalAttentions as one: GlobalAttention's methods read a leading member axis as
+    they read any other, with these stacked weights and their products per member (_project)."""
 
     def __init__(self, members: list[GlobalAttention]):
         nn.Module.__init__(self)
@@ -88,17 +88,10 @@ class StackedAttention(GlobalAttention):
             self.log_scale = nn.Parameter(torch.stack([m.log_scale for m in members]).reshape(-1, 1, 1))  # (N, 1, 1)
         self.linear_out = StackedLinear([m.linear_out for m in members])
 
-    def keys(self, enc_out, each_position: bool = False):
-        # enc_out (N, B, S, H) -> (N, B, S, H or 2H); as GlobalAttention's, per member
-        keys = self._score_keys(enc_out)
-        if not each_position:
-            return keys
-        return torch.cat([keys, linear(enc_out, self.linear_out.weight[:, :, :self.hidden_size])], dim=-1)
-
-    def attn_h_each(self, w_src_h, query):
-        # w_src_h (N, B, S, H), query (N, B, H) -> (N, B, S, H); as GlobalAttention's, per member
-        w_query = self.linear_out.weight[:, :, self.hidden_size:]  # (N, H, H)
-        return torch.tanh(w_src_h + linear(query, w_query)[..., None, :])
+    @staticmethod
+    def _project(x, weight):
+        # x (N, ..., in), weight (N, out, in): GlobalAttention's keys() and attn_h_each(), per member
+        return linear(x, weight)
 
 
 class StackedCell(nn.Module):
@@ -158,7 +151,6 @@ class StackedDecoder(nn.Module):
         N, L, B, H, V = self.n, self.layers, y_prev.size(0), self.H, self.generator.weight.size(1)
         h, c = by_member(state.h, N, H, L), by_member(state.c, N, H, L)  # (N, L, B, H)
         feed, align = by_member(state.feed, N, H), by_member(state.align, N, 1 + V, B)  # (N, B, H), (N, B, S, 1 + V)
-        enc_out = by_member(enc_out, N, H, B)  # (N, B, S, H)
         keys = by_member(keys, N, 2 * H if self.mixture else H, B)  # (N, B, S, H or 2H): see Decoder.keys
         x = torch.cat([torch.index_select(self.embed, 1, y_prev), feed], dim=-1)  # (N, B, E + H)
         hs, cs = [], []
@@ -175,6 +167,7 @@ class StackedDecoder(nn.Module):
             log_p, feed, attn = hard_attention.mixture(self.attention, query, keys, pad_mask, top_k,
                                                        self.generator, nn.Identity())
         else:
+            enc_out = by_member(enc_out, N, H, B)  # (N, B, S, H): only the context output reads it
             feed, attn = self.attention(query, enc_out, keys, pad_mask, top_k)  # (N, B, H), (N, B, S)
             log_p = torch.log_softmax(self.generator(feed), dim=-1)  # (N, B, V)
         log_probs = torch.logsumexp(log_p, dim=0) - math.log(self.n)  # (B, V) the members' mean probability
