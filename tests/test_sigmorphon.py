@@ -77,18 +77,6 @@ def test_a_recipes_alt_flags_train_each_seed_again_as_more_members(task, monkeyp
     assert six.members(sigmorphon_transfer.variant()) == [(1, False)]  # the transfer row keeps its members
 
 
-def test_a_languages_own_alt_flags_give_it_more_members_than_its_subtasks_recipe(task, monkeypatch):
-    one = Recipe(sigmorphon.RECIPES["low"].flags, seeds=(1,))
-    monkeypatch.setattr(sigmorphon, "RECIPES", {"low": one})
-    monkeypatch.setattr(sigmorphon, "LANG_ALT_FLAGS", {"tiny": (("--dropout", "0.3"), "more members")})
-    monkeypatch.setattr(sigmorphon_table, "LANG_ALT_FLAGS", sigmorphon.LANG_ALT_FLAGS)
-    assert sigmorphon.recipe_for("tiny") == Recipe(one.flags, seeds=(1,), alt_flags=("--dropout", "0.3"))
-    manifest = load_bundle(sigmorphon.build("tiny")).manifest
-    assert manifest["task_scores"]["members"] == 2
-    assert [m["dropout"] for m in manifest["model_config"]["ensemble"]] == [0.0, 0.3]
-    assert "`tiny` `--dropout 0.3` (more members)" in "\n".join(sigmorphon_table.recipe_lines())
-
-
 def test_cmudict_in_the_task_ipa_is_marked_and_leaves_out_the_held_out_words(tmp_path):
     from training.sigmorphon_english import MARK, to_ipa, write_targets
 

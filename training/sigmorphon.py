@@ -27,7 +27,7 @@ import subprocess
 import sys
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 from training.data import REPO, read_lines
@@ -107,15 +107,6 @@ SHORT_MEDIUM = (("--max-epochs", "25", "--max-minutes", "9"),
 LANG_FLAGS = {"kor": (("--source-form", "nfd"), "Hangul syllables decomposed into their jamo: a syllable no "
                       "training word has is letters the model has seen"),
               "dut": SHORT_MEDIUM, "jpn_hira": SHORT_MEDIUM, "geo": SHORT_MEDIUM}
-# A language's own second set of members, where its subtask's recipe has none: each seed trained again
-# with these flags (as the low recipe's alt_flags), with why; the later flag wins.
-LANG_ALT_FLAGS: dict[str, tuple[tuple[str, ...], str]] = {}
-
-
-def recipe_for(lang: str) -> Recipe:
-    """The language's subtask recipe, with the language's own alt_flags where LANG_ALT_FLAGS gives them."""
-    recipe = RECIPES[LANGS[lang][0]]
-    return replace(recipe, alt_flags=LANG_ALT_FLAGS[lang][0]) if lang in LANG_ALT_FLAGS else recipe
 
 
 @dataclass(frozen=True)
@@ -272,7 +263,7 @@ def _build(lang: str, variant: Variant) -> Path:
 
     subtask, _, baseline = LANGS[lang]
     name, target, runs = variant.name(lang), variant.bundle(lang), variant.run_dir(lang)
-    recipe = recipe_for(lang)
+    recipe = RECIPES[subtask]
     members = recipe.members(variant)
     if (target / "manifest.json").exists():  # done, unless the recipe now asks for more members
         done = json.loads((target / "manifest.json").read_text()).get("task_scores", {})

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from training import sigmorphon
-from training.sigmorphon import BASELINE_MACRO, BEAM, LANG_ALT_FLAGS, LANG_FLAGS, LANGS, RECIPES, SUBTASKS, TARGETS, Variant
+from training.sigmorphon import BASELINE_MACRO, BEAM, LANG_FLAGS, LANGS, RECIPES, SUBTASKS, TARGETS, Variant
 
 HEADER = """# SIGMORPHON 2021 Task 1 (multilingual G2P): our models on the task's own splits
 
@@ -90,11 +90,6 @@ def recipe_lines() -> list[str]:
     lines += ["", "A language's own flags beside its subtask's (training/sigmorphon.py LANG_FLAGS): "
               + "; ".join(f"`{lang}` `{' '.join(flags)}` ({why})" for lang, (flags, why) in sorted(LANG_FLAGS.items()))
               + "."]
-    if LANG_ALT_FLAGS:
-        lines += ["", "A language's own second set of members (training/sigmorphon.py LANG_ALT_FLAGS: each seed trained "
-                  "again with these flags): "
-                  + "; ".join(f"`{lang}` `{' '.join(flags)}` ({why})" for lang, (flags, why) in sorted(LANG_ALT_FLAGS.items()))
-                  + "."]
     return lines + [""]
 
 
