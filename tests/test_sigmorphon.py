@@ -143,3 +143,17 @@ def test_transfer_models_pretrain_on_the_other_languages_and_get_a_row_of_their_
     row = next(line for line in doc.splitlines() if "`g2p-tiny-transfer`" in line)
     assert f"| {manifest['task_scores']['test']['greedy']:.2f} |" in row
     assert "beside the target of <= 24.00 for models under the subtask's rules" in doc
+
+
+def test_errors_are_sorted_into_prosody_only_and_one_segment():
+    from training.sigmorphon_errors import bare, classify
+
+    assert bare(["ǎː", "d", "a", "m"]) == ["a", "d", "a", "m"]  # caron and length go, the vowel stays
+    assert bare(["ˈ", "k", "ɑ̃"]) == ["k", "ɑ̃"]  # a stress segment goes, the nasal tilde stays
+    rows = [("adam", "ǎ d a m"), ("kat", "k a t"), ("sobe", "s o b e"), ("vrt", "v r t")]
+    hyps = {"adam": ["a", "d", "aː", "m"],  # length and accent only: two segments, but prosody only
+            "kat": ["k", "a", "t"],  # right
+            "sobe": ["s", "o", "b", "i"],  # one segment
+            "vrt": ["v", "ə", "r", "t", "a"]}  # two segments more
+    r = classify(rows, hyps)
+    assert (r["words"], r["errors"], r["prosody_only"], r["one_segment"]) == (4, 3, 1, 1)

@@ -101,6 +101,17 @@ through it by `scripts/sigmorphon_served.py --repository models-transfer`.
 """
 
 
+ERRORS = """## Where the errors are
+
+`python -m training.sigmorphon_errors` sorts each model's dev errors
+([docs/results/sigmorphon_errors.md](results/sigmorphon_errors.md)): where most of a language's errors
+differ from the gold only in length, stress or tone, marks its spelling does not write, more of the same
+training mostly relearns a lexical lottery. So it is for the two medium languages furthest behind:
+`hbs_latn` (pitch accent and length: nearly all of its errors) and `kor` (vowel length: about two
+thirds), and for `lav` and `slv` among the low ones.
+"""
+
+
 TRIED = """## Tried, not shipped
 
 Measured on dev (fp32, through the engine) against the shipped recipe, on 2026-12-02; the test file was read
@@ -143,5 +154,5 @@ def write_table(path: Path) -> None:
         lines += subtask_lines(subtask)
     lines += transfer_lines()
     lines += recipe_lines()
-    lines += [TRIED]
+    lines += [ERRORS, TRIED]
     path.write_text("\n".join(lines), encoding="utf-8")
