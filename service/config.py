@@ -139,6 +139,11 @@ class BatcherConfig:
     # Request mode: how long a first arrival waits for company. Batches run one at a time, so under
     # load arrivals gather while the engine is busy anyway, and an idle engine should not wait.
     max_wait_ms: float = 0.0
+    # Request mode: when each of the last two batches had company (several sources), a first arrival
+    # waits up to this long for as many sources as the smaller had: the callers just answered are
+    # likely back within a round trip, and without the wait each batch takes only those who queued
+    # while the engine ran. A lone caller's batches have no company, so it never waits.
+    company_wait_ms: float = 0.0
     # Continuous mode: while sequences decode, new arrivals may wait up to this long to join together,
     # so one encoder run serves several (an idle engine admits at once); rows waiting do not decode.
     max_join_wait_ms: float = 0.0
@@ -159,6 +164,8 @@ class BatcherConfig:
             raise ValueError(f"max_batch_size must be >= 1, got {self.max_batch_size}")
         if self.max_wait_ms < 0:
             raise ValueError(f"max_wait_ms must be >= 0, got {self.max_wait_ms}")
+        if not self.company_wait_ms >= 0:
+            raise ValueError(f"company_wait_ms must be >= 0, got {self.company_wait_ms}")
         if self.max_join_wait_ms < 0:
             raise ValueError(f"max_join_wait_ms must be >= 0, got {self.max_join_wait_ms}")
         if not self.max_queue_wait_ms >= 0:

@@ -153,6 +153,30 @@ async def test_max_batch_size_is_respected():
     await b.batcher.stop()
 
 
+async def test_after_batches_with_company_a_first_arrival_waits_for_as_many():
+    engine = FakeEngine()
+    # A wait no test outlasts: any batch formed early shows in engine.batches, never by timing.
+    b = await started(engine, max_batch_size=2, max_wait_ms=0, company_wait_ms=HOLD_S * 1000)
+    calls = [asyncio.ensure_future(b.transduce([w])) for w in "abcde"]
+    await asyncio.gather(*calls[:4])  # batches [a, b] and [c, d]: each had company
+    assert engine.batches == [["a", "b"], ["c", "d"]]
+    assert len(b.batcher._queue) == 1  # e waits for a second source rather than going alone
+    ((f,),) = await b.transduce(["f"])
+    assert engine.batches[-1] == ["e", "f"] and f.output_tokens == ["F"]
+    await calls[4]
+    await b.batcher.stop()
+
+
+async def test_a_lone_caller_never_waits_for_company():
+    engine = FakeEngine()
+    b = await started(engine, max_batch_size=8, max_wait_ms=0, company_wait_ms=HOLD_S * 1000)
+    for w in "abcd":  # one call at a time: a wait for company would hold each for HOLD_S
+        ((r,),) = await asyncio.wait_for(b.transduce([w]), HOLD_S / 2)
+        assert r.output_tokens == [w.upper()]
+    assert engine.batches == [["a"], ["b"], ["c"], ["d"]]
+    await b.batcher.stop()
+
+
 async def test_a_full_queue_refuses_new_requests_and_finishes_admitted_ones():
     engine = FakeEngine()
     engine.calls.gate.clear()  # hold the engine so the queue fills

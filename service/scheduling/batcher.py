@@ -3,7 +3,8 @@
 A request's sources go into one bounded queue, each with its own future. Two modes:
 
 - `Batcher` (request-level): take up to `max_batch_size` sources, waiting at most
-  `max_wait_ms` after the first arrival for company, decode them to the end
+  `max_wait_ms` after the first arrival for company (or `company_wait_ms` for as many as the
+  last batches had, when they had company), decode them to the end
   together, resolve every future. With `length_grouping` (service/scheduling/lengths.py) a
   batch is decoded as length-sorted groups, shortest first, each answered as it ends.
 - `ContinuousBatcher` (step-level): the decoder runs as a loop of steps over the
@@ -67,6 +68,7 @@ class Batcher:
         self._in_service = 0  # continuous mode: rows decoding now
         self._last_end_s = 0.0  # request mode: when the last batch finished
         self._batch_s = 0.0  # request mode: recent batches' wall time (a source with less time left is dropped)
+        self._last_rows = (0, 0)  # request mode: the sources of the last two batches popped (company_wait_ms)
         # One worker: onnxruntime already uses the cores for one batch at a time.
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="attnserve-engine")
 
@@ -140,9 +142,15 @@ class Batcher:
         while not self._queue:
             self._arrived.clear()
             await self._arrived.wait()
-        deadline = self._clock() + self.cfg.max_wait_ms / 1000
+        now = self._clock()
+        full_by = now + self.cfg.max_wait_ms / 1000  # a full batch, up to max_wait_ms
+        # Company expected: the last two batches each had company (so not a chance meeting of lone
+        # callers), so the callers they answered are likely to be back within a round trip.
+        company = min(self._last_rows) if min(self._last_rows) > 1 else 0
+        company_by = now + self.cfg.company_wait_ms / 1000
         while len(self._queue) < self.cfg.max_batch_size:
-            remaining = deadline - self._clock()
+            until = max(full_by, company_by) if len(self._queue) < company else full_by
+            remaining = until - self._clock()
             if remaining <= 0:
                 break
             self._arrived.clear()
@@ -150,7 +158,10 @@ class Batcher:
                 await asyncio.wait_for(self._arrived.wait(), remaining)
             except asyncio.TimeoutError:
                 break
-        return self._pop_live(self.cfg.max_batch_size)
+        batch = self._pop_live(self.cfg.max_batch_size)
+        if batch:
+            self._last_rows = (self._last_rows[1], len(batch))
+        return batch
 
     def _pop_live(self, n: int) -> list[_Item]:
         """Up to n queued sources whose callers are still waiting."""
