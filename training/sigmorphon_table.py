@@ -114,8 +114,8 @@ thirds), and for `lav` and `slv` among the low ones.
 
 TRIED = """## Tried, not shipped
 
-Measured on dev (fp32, through the engine) against the shipped recipe, on 2026-12-02; the test file was read
-once, for the one candidate built.
+Measured on dev (fp32, through the engine) against the shipped recipe, on 2026-12-02 and 2026-12-03; the test
+file was read once, for each candidate built.
 
 - **low, six members**, in turn (before training/stacked.py): better on dev and test (now the recipe), but a
   lone word's time doubled (`python -m bench.many_models`: the low models' p50 2.1-2.6 ms became 4.0-6.1, over
@@ -124,7 +124,15 @@ once, for the one candidate built.
 - **medium, the monotonic output** at the full 60 epochs, on the two languages furthest behind: `kor` 19.8
   against 20.7 for the same schedule with soft attention, `hbs_latn` 38.1 against 36.9. Mixed, so not run on
   the other eight. Finishing the 60 epochs with soft attention did not beat the shipped models either (`kor`
-  20.7 against 20.3, `hbs_latn` 36.9 against 36.5): they are at this recipe's plateau.
+  20.7 against 20.3, `hbs_latn` 36.9 against 36.5): they are at this recipe's plateau. On 2026-12-03, run to
+  the end of each one's schedule on the three languages then behind by more than 1 point and not yet tried:
+  `kor` (jamo sources) 20.1 against 20.3 and `dut` (25 epochs) 10.4 against 11.0, both kept (LANG_FLAGS; their
+  test figures, read once each: `kor` 20.8 against 20.5, `dut` 15.0 against 16.0); `fre` 8.6 against 8.3, not kept.
+- **low, int8 for the stacked decoder's products** (a scale per member and output column, the activations per
+  row), to bring a lone word nearer 3 ms: on `g2p-ady`, dev unchanged, a lone word 2-5% sooner with the int8
+  encoder (a Scan, slower than fp32's LSTM for one word) and 9-11% sooner with the fp32 encoder kept, in-process
+  on one thread. Far from the 3 ms target either way (in a profile the step's other nodes cost more than its products), so
+  not built into `make quantize`.
 - **medium, two seeds** as one ensemble (the full schedule, seeds 1 and 2), on `kor`: 20.4 with beam 5 against
   20.7 for seed 1 alone and 20.3 for the shipped model. No gain, so not run on the others.
 - **medium, seed 1 and seed 1 at dropout 0.5** as one ensemble (the low recipe's six members gained from
