@@ -26,7 +26,7 @@ serve: $(VENV)/.serve-installed
 	$(VENV)/bin/attnserve-server --model-repository $(MODEL_REPOSITORY) --default-model "$(DEFAULT_MODEL)" --model-poll-s $(MODEL_POLL_S)
 
 test: system-deps $(VENV)/.dev-installed
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n auto --dist loadfile
 
 # Debian packages the tests run: a real Prometheus (tests/test_prometheus.py), headless Chromium
 # with its chromedriver (tests/test_page.py, the attention page), and the Noto fonts, so that the page
