@@ -327,6 +327,8 @@ def test_config_errors_name_the_field():
         BatcherConfig(max_wait_ms=-1)
     with pytest.raises(ValueError, match="max_join_wait_ms"):
         BatcherConfig(max_join_wait_ms=-1)
+    with pytest.raises(ValueError, match="company_wait_ms must be >= 0, got nan"):
+        BatcherConfig(company_wait_ms=float("nan"))
 
 
 # --- continuous (step-level) batching -------------------------------------------------------
