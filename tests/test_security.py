@@ -120,7 +120,9 @@ async def test_bearer_token_is_required_except_for_health(token_server, caplog):
         stub = pbg.TransducerStub(channel)
         assert await code_of(stub.GetModelInfo(pb.GetModelInfoRequest(), timeout=5)) == grpc.StatusCode.UNAUTHENTICATED
         assert await code_of(stub.ReloadModel(pb.ReloadModelRequest(), timeout=5)) == grpc.StatusCode.UNAUTHENTICATED
-        stream = stub.TransduceStream(iter([pb.TransduceRequest(inputs=["a"])]), timeout=5)
+        # No request is written: grpc-python's asyncio client can report a write that meets the
+        # server's early status as INTERNAL instead of that status (grpc/grpc#36066), a race.
+        stream = stub.TransduceStream(timeout=5)
         assert await code_of(stream.read()) == grpc.StatusCode.UNAUTHENTICATED
         unknown = channel.unary_unary("/attnserve.v1.Transducer/NoSuchMethod")
         assert await code_of(unknown(b"", timeout=5)) == grpc.StatusCode.UNAUTHENTICATED  # no probing either
