@@ -34,7 +34,7 @@ def test_members_of_one_shape_stack_and_others_do_not():
     assert isinstance(Ensemble([tiny(0), tiny(1, hidden_size=10)]).decoder, EnsembleDecoder)
 
 
-@pytest.mark.parametrize("cell,output", itertools.product(["lstm", "gru", "rnn"], ["context", "mixture", "monotonic"]))
+@pytest.mark.parametrize("cell,output", list(itertools.product(["lstm", "gru", "rnn"], ["context", "mixture", "monotonic"])))
 def test_the_stacked_encoder_and_step_are_the_members_in_turn(cell, output):
     src, src_len = torch.tensor([[4, 5, 6, 7, 8], [9, 10, 11, 0, 0], [4, 4, 0, 0, 0]]), torch.tensor([5, 3, 2])
     cases = zip(itertools.product(["dot", "general", "additive", "cosine"], [1, 2]),
