@@ -37,7 +37,12 @@ def task(tmp_path, monkeypatch):
     return tmp_path
 
 
-def test_a_language_is_trained_exported_scored_and_tabled_and_resumes_without_training(task, capsys):
+def test_a_language_is_trained_exported_scored_and_tabled_and_resumes_without_training(task, monkeypatch, capsys):
+    # Its two members: the recipe's one seed and a second from the language's own seeds (LANG_SEEDS).
+    recipe = sigmorphon.RECIPES["low"]
+    monkeypatch.setattr(sigmorphon, "RECIPES", {"low": Recipe(recipe.flags, seeds=(1,))})
+    for module in (sigmorphon, sigmorphon_table):
+        monkeypatch.setattr(module, "LANG_SEEDS", {"tiny": ((1, 2), "two seeds beat one on its dev")})
     bundle = sigmorphon.build("tiny")
     assert bundle == task / "models" / "g2p-tiny" / "1"
     manifest = load_bundle(bundle).manifest  # every file it lists is there, with its sha256
@@ -63,6 +68,7 @@ def test_a_language_is_trained_exported_scored_and_tabled_and_resumes_without_tr
     sigmorphon_table.write_table(doc)
     row = next(line for line in doc.read_text(encoding="utf-8").splitlines() if "`g2p-tiny`" in line)
     assert f"| {scores['test']['greedy']:.2f} |" in row and "| 20.00 |" in row
+    assert "`tiny` seeds 1, 2 (two seeds beat one on its dev)" in doc.read_text(encoding="utf-8")
 
 
 def test_a_recipes_alt_flags_train_each_seed_again_as_more_members(task, monkeypatch):
