@@ -155,3 +155,41 @@ def test_warm_up_runs_the_step_graph_too(tiny_bundle):
     engine.decoder, engine.greedy_loop = Counting(engine.decoder), Counting(engine.greedy_loop)
     engine.warm_up([list("cat"), list("a")])
     assert engine.decoder.runs >= 1 and engine.greedy_loop.runs >= 1
+
+
+def test_the_loop_holds_each_weight_once_where_its_kernel_wants_it(tiny_bundle):
+    """The step's weights are split between the Loop's body (those its kernels prepack: products' and RNN
+    weights) and the outer graph (the rest, read by the body: held once). Each is in one place, and the
+    answers are bit for bit those of a Loop whose body holds them all."""
+    import onnx
+    import onnxruntime as ort
+
+    from service.engine.loop_graph import build_greedy_loop, soft_only
+
+    engine = make_engine(tiny_bundle)
+    step = onnx.load(load_bundle(tiny_bundle).graph_path("decoder_step"))
+    step = soft_only(step) or step
+    loop = build_greedy_loop(step, engine.eos_id, engine.pad_id)
+    body = next(a.g for n in loop.graph.node if n.op_type == "Loop" for a in n.attribute if a.name == "body")
+    inner, outer = {t.name for t in body.initializer}, {t.name for t in loop.graph.initializer}
+    assert not inner & outer and inner | outer == {t.name for t in step.graph.initializer}
+    packed = {i for n in step.graph.node if n.op_type in ("LSTM", "GRU", "RNN") for i in n.input[1:3]} | {
+        n.input[1] for n in step.graph.node if n.op_type in ("MatMul", "Gemm") and n.input[1] in inner | outer}
+    assert packed and packed <= inner
+    assert "decoder.embed.weight" in outer
+
+    whole = onnx.ModelProto()
+    whole.CopyFrom(loop)
+    whole_body = next(a.g for n in whole.graph.node if n.op_type == "Loop" for a in n.attribute if a.name == "body")
+    whole_body.initializer.extend(whole.graph.initializer)
+    del whole.graph.initializer[:]
+    whole = ort.InferenceSession(whole.SerializeToString(), service.engine.engine._session_options(1),
+                                 providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(2)
+    words = [list(rng.choice(engine.src_vocab[4:], size=rng.integers(1, 15))) for _ in range(40)]
+    run = engine.encode(words)
+    feeds = {"y_prev": run.y_prev, **run.state, "enc_out": run.enc_out, "keys": run.keys, "pad_mask": run.pad_mask,
+             "max_output_len": np.full(len(words), 20, dtype=np.int64)}
+    a = whole.run(None, {i.name: feeds[i.name] for i in whole.get_inputs()})
+    b = engine.greedy_loop.run(None, {n: feeds[n] for n in engine._loop_inputs})
+    assert len(a) == len(b) and all(np.array_equal(x, y) for x, y in zip(a, b))

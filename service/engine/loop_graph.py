@@ -36,6 +36,29 @@ def _const(name: str, value) -> onnx.NodeProto:
     return oh.make_node("Constant", [], [name], value=numpy_helper.from_array(np.array(value), name))
 
 
+# The weights an onnxruntime kernel prepacks (lays out for its products once, at load). It does so for the
+# constants of its own graph only: a body reading these from the outer graph decoded more slowly, with the
+# same answers, so they stay the body's.
+_PACKED_INPUTS = {"MatMul": (1,), "Gemm": (1,), "LSTM": (1, 2), "GRU": (1, 2), "RNN": (1, 2)}
+_QUANTIZED_PRODUCTS = {"MatMulInteger", "MatMulIntegerToFloat", "DynamicQuantizeMatMul", "DynamicQuantizeLSTM"}
+
+
+def _body_weights(step: onnx.GraphProto) -> set[str]:
+    """Names of the step's initializers that stay in the body: the prepacked ones (a MatMul's or Gemm's 2-D
+    weight, an RNN's W and R, everything a quantized product reads). The rest (embeddings, biases, the
+    stacked ensembles' batched weights) move to the outer graph, which the body reads: a Loop session holds
+    its body's own initializers about twice over, the outer graph's once, and every served model has one."""
+    dims = {t.name: len(t.dims) for t in step.initializer}
+    body = set()
+    for n in step.node:
+        if n.op_type in _QUANTIZED_PRODUCTS:
+            body.update(n.input)
+        for i in _PACKED_INPUTS.get(n.op_type, ()):
+            if i < len(n.input) and (n.op_type not in ("MatMul", "Gemm") or dims.get(n.input[i]) == 2):
+                body.add(n.input[i])
+    return body
+
+
 def _greedy_body(step: onnx.GraphProto, state: list[str], has_attn: bool, eos_id: int, pad_id: int):
     """One iteration: the step graph's nodes, then argmax, score, stop test. Carries
     (y_prev, *state, done, steps, score); scans (ids, attn)."""
@@ -71,7 +94,9 @@ def _greedy_body(step: onnx.GraphProto, state: list[str], has_attn: bool, eos_id
                + [_value(f"{n}_next", F) for n in state]
                + [_value("loop_done_next", BOOL), _value("loop_steps_next", I64), _value("loop_score_next", F),
                   _value("loop_out_y", I64)] + ([_value("attn", F)] if has_attn else []))
-    return oh.make_graph(nodes, "greedy_step", inputs, outputs, initializer=list(step.initializer))
+    body_weights = _body_weights(step)
+    return oh.make_graph(nodes, "greedy_step", inputs, outputs,
+                         initializer=[t for t in step.initializer if t.name in body_weights])
 
 
 def _is_soft_test(name: str, producers: dict, consts: dict) -> bool:
@@ -149,7 +174,8 @@ def build_greedy_loop(step: onnx.ModelProto, eos_id: int, pad_id: int) -> onnx.M
         [inputs["y_prev"], *[inputs[n] for n in state + outer], _value("max_output_len", I64, ["batch"])],
         [_value("ids", I64, ["batch", "steps"]), _value("steps", I64, ["batch"]),
          _value("score", F, ["batch"])]
-        + ([_value("attn", F, ["batch", "steps", "src_time"])] if has_attn else []))
+        + ([_value("attn", F, ["batch", "steps", "src_time"])] if has_attn else []),
+        initializer=[t for t in step.graph.initializer if t.name not in _body_weights(step.graph)])
     model = oh.make_model(graph, opset_imports=list(step.opset_import), ir_version=step.ir_version)
     onnx.checker.check_model(model)
     return model
