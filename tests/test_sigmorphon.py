@@ -70,6 +70,17 @@ def test_a_language_is_trained_exported_scored_and_tabled_and_resumes_without_tr
     assert f"| {scores['test']['greedy']:.2f} |" in row and "| 20.00 |" in row
     assert "`tiny` seeds 1, 2 (two seeds beat one on its dev)" in doc.read_text(encoding="utf-8")
 
+    # A changed recipe is noticed: the same runs in another order are another model, built again from the
+    # runs as they are; a run trained with other flags than the recipe now asks is refused, not reused.
+    assert [r["run"] for r in scores["runs"]] == ["seed1", "seed2"]
+    for module in (sigmorphon, sigmorphon_table):
+        monkeypatch.setattr(module, "LANG_SEEDS", {"tiny": ((2, 1), "seed 2 first")})
+    sigmorphon.build("tiny")
+    assert [r["run"] for r in load_bundle(bundle).manifest["task_scores"]["runs"]] == ["seed2", "seed1"]
+    monkeypatch.setattr(sigmorphon, "LANG_FLAGS", {"tiny": (("--dropout", "0.1"), "more dropout")})
+    with pytest.raises(SystemExit, match="seed2 was trained with other flags"):
+        sigmorphon.build("tiny")
+
 
 def test_a_recipes_alt_flags_train_each_seed_again_as_more_members(task, monkeypatch):
     recipe = sigmorphon.RECIPES["low"]

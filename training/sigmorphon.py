@@ -10,7 +10,8 @@ their ensemble); export to a bundle whose lexicon is the train and dev words; qu
 only where it costs nothing on dev; score dev and test with the task's scorer through the engine
 (greedy and beam 5; the lexicon is never consulted); write models/<name>/1. What is done is kept: a
 finished run (its result.json) is not trained again, a finished bundle not exported again, so an
-interrupted run resumes where it stopped. Recipes and decoding are chosen on dev only; the test file
+interrupted run resumes where it stopped; both record their flags (the bundle's manifest, `task_scores.runs`),
+so a model whose recipe has changed is built again, and a run trained with other flags is refused. Recipes and decoding are chosen on dev only; the test file
 is read only for the reported figures. Runs and logs go to runs/sigmorphon/<lang>/.
 
 The bundle ships its ONNX graphs, manifest and lexicon, not checkpoint.pt: serving and scoring read
@@ -174,29 +175,49 @@ def files(lang: str) -> dict[str, Path]:
     return {split: DATA / subtask / f"{lang}_{split}.tsv" for split in ("train", "dev", "test")}
 
 
+def member_flags(lang: str, seed: int, recipe: Recipe, variant: "Variant" = RULES, alt: bool = False) -> list[str]:
+    """One member's python -m training.train flags but its files: what its run and a model built from it
+    record, so that a changed recipe is noticed (paths inside the repository relative to it)."""
+    flags = ["--seed", str(seed), *recipe.flags, *LANG_FLAGS.get(lang, ((), ""))[0], *variant.flags,
+             *(recipe.alt_flags if alt else ())]
+    return [str(Path(a).relative_to(REPO)) if Path(a).is_absolute() and Path(a).is_relative_to(REPO) else a
+            for a in flags] + (["+cmudict_ipa"] if recipe.cmudict_ipa else [])
+
+
+def run_name(seed: int, alt: bool) -> str:
+    return f"seed{seed}" + ("-alt" if alt else "")
+
+
 def train_seed(lang: str, seed: int, recipe: Recipe, variant: Variant = RULES, alt: bool = False) -> Path:
     """One training run (skipped when its result.json exists), with the recipe's alt_flags where `alt`;
-    returns its best checkpoint."""
+    returns its best checkpoint. A run that records other flags than these is refused, not reused."""
     runs = variant.run_dir(lang)
-    run = f"seed{seed}" + ("-alt" if alt else "")
+    run = run_name(seed, alt)
     out = runs / run
-    if not (out / "result.json").exists():
-        f = files(lang)
-        argv = [sys.executable, "-m", "training.train", "--corpus", "tsv", "--train-tsv", str(f["train"]),
-                "--dev-tsv", str(f["dev"]), "--test-tsv", str(f["test"]), "--out", str(out), "--seed", str(seed),
-                *recipe.flags, *LANG_FLAGS.get(lang, ((), ""))[0], *variant.flags, *(recipe.alt_flags if alt else ())]
-        if recipe.cmudict_ipa:
-            from training.sigmorphon_english import write_targets
+    flags = member_flags(lang, seed, recipe, variant, alt)
+    if (out / "result.json").exists():
+        recorded = out / "flags.json"  # runs from before it was written record nothing: taken as they are
+        if recorded.exists() and json.loads(recorded.read_text()) != flags:
+            raise SystemExit(f"{out} was trained with other flags than {lang}'s recipe now asks ({recorded}): "
+                             "move it aside to train this member again")
+        return out / "best.pt"
+    f = files(lang)
+    argv = [sys.executable, "-m", "training.train", "--corpus", "tsv", "--train-tsv", str(f["train"]),
+            "--dev-tsv", str(f["dev"]), "--test-tsv", str(f["test"]), "--out", str(out), "--seed", str(seed),
+            *recipe.flags, *LANG_FLAGS.get(lang, ((), ""))[0], *variant.flags, *(recipe.alt_flags if alt else ())]
+    if recipe.cmudict_ipa:
+        from training.sigmorphon_english import write_targets
 
-            targets = runs / "train_plus_cmudict_ipa.tsv"
-            print(f"{lang}: {write_targets(f['train'], [f['dev'], f['test']], targets)} in {targets}", flush=True)
-            argv += ["--train-targets", str(targets)]
-        out.mkdir(parents=True, exist_ok=True)
-        with (runs / f"{run}.log").open("w") as log:
-            print(f"{lang} {run}: training, log {log.name}", flush=True)
-            subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT, check=True, cwd=REPO)
-        last = (runs / f"{run}.log").read_text().strip().splitlines()[-1]
-        (out / "result.json").write_text(last + "\n")
+        targets = runs / "train_plus_cmudict_ipa.tsv"
+        print(f"{lang}: {write_targets(f['train'], [f['dev'], f['test']], targets)} in {targets}", flush=True)
+        argv += ["--train-targets", str(targets)]
+    out.mkdir(parents=True, exist_ok=True)
+    with (runs / f"{run}.log").open("w") as log:
+        print(f"{lang} {run}: training, log {log.name}", flush=True)
+        subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT, check=True, cwd=REPO)
+    last = (runs / f"{run}.log").read_text().strip().splitlines()[-1]
+    (out / "flags.json").write_text(json.dumps(flags) + "\n")
+    (out / "result.json").write_text(last + "\n")
     return out / "best.pt"
 
 
@@ -292,6 +313,17 @@ def build(lang: str, variant: Variant = RULES) -> Path:
         return _build(lang, variant)
 
 
+def _built_as(manifest: dict, wanted: list[dict]) -> bool:
+    """Whether a built model's members are the runs `wanted` lists, with their flags."""
+    done = manifest.get("task_scores", {})
+    if "runs" in done:
+        return done["runs"] == wanted
+    # Built before models recorded their runs: as many members, and a lone member's seed.
+    if done.get("members") != len(wanted):
+        return False
+    return len(wanted) > 1 or f"--seed {manifest.get('train_config', {}).get('seed')}" == " ".join(wanted[0]["flags"][:2])
+
+
 def _build(lang: str, variant: Variant) -> Path:
     from service.engine.bundle import load_bundle, write_manifest
     from training.export import build_bundle, parity_ok
@@ -300,10 +332,10 @@ def _build(lang: str, variant: Variant) -> Path:
     name, target, runs = variant.name(lang), variant.bundle(lang), variant.run_dir(lang)
     recipe = recipe_for(lang)
     members = recipe.members(variant)
-    if (target / "manifest.json").exists():  # done, unless the recipe now asks for more members
-        done = json.loads((target / "manifest.json").read_text()).get("task_scores", {})
-        if done.get("members") == len(members):
-            return target
+    wanted = [{"run": run_name(seed, alt), "flags": member_flags(lang, seed, recipe, variant, alt)}
+              for seed, alt in members]
+    if (target / "manifest.json").exists() and _built_as(json.loads((target / "manifest.json").read_text()), wanted):
+        return target  # done: the recipe asks for the members it was built from
     started = time.time()
     checkpoints = [train_seed(lang, seed, recipe, variant, alt) for seed, alt in members]
     staging = runs / "bundle" / "1"
@@ -322,7 +354,7 @@ def _build(lang: str, variant: Variant) -> Path:
         "scorer": "SIGMORPHON 2021 Task 1: WER %, a word right when its segments equal the gold ones; "
                   "through the engine, lexicon not consulted", "precision": precision, **scores,
         "baseline_test_wer": baseline, "subtask": subtask, "language": lang,
-        "members": len(checkpoints), "minutes": round((time.time() - started) / 60, 1)}
+        "members": len(checkpoints), "runs": wanted, "minutes": round((time.time() - started) / 60, 1)}
     if variant.outside_data:
         manifest["outside_data"] = variant.outside_data
     manifest["language"] = lang  # the task's tag: what the server's text rules key on (service/answering/textrules.py)
