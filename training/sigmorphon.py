@@ -10,9 +10,10 @@ their ensemble); export to a bundle whose lexicon is the train and dev words; qu
 only where it costs nothing on dev; score dev and test with the task's scorer through the engine
 (greedy and beam 5; the lexicon is never consulted); write models/<name>/1. What is done is kept: a
 finished run (its result.json) is not trained again, a finished bundle not exported again, so an
-interrupted run resumes where it stopped; both record their flags (the bundle's manifest, `task_scores.runs`),
-so a model whose recipe has changed is built again, and a run trained with other flags is refused. Recipes and decoding are chosen on dev only; the test file
-is read only for the reported figures. Runs and logs go to runs/sigmorphon/<lang>/.
+interrupted run resumes where it stopped; both record their flags (a run its flags.json, a bundle its
+manifest's `task_scores.runs`), so a model whose recipe has changed is built again, and a run trained
+with other flags is refused. Recipes and decoding are chosen on dev only; the test file is read only
+for the reported figures. Runs and logs go to runs/sigmorphon/<lang>/.
 
 The bundle ships its ONNX graphs, manifest and lexicon, not checkpoint.pt: serving and scoring read
 only the graphs, and what reads a checkpoint (re-export, ensembles, --init-from) can retrain it here;
@@ -321,7 +322,8 @@ def _built_as(manifest: dict, wanted: list[dict]) -> bool:
     # Built before models recorded their runs: as many members, and a lone member's seed.
     if done.get("members") != len(wanted):
         return False
-    return len(wanted) > 1 or f"--seed {manifest.get('train_config', {}).get('seed')}" == " ".join(wanted[0]["flags"][:2])
+    lone_seed = f"--seed {manifest.get('train_config', {}).get('seed')}"
+    return len(wanted) > 1 or lone_seed == " ".join(wanted[0]["flags"][:2])
 
 
 def _build(lang: str, variant: Variant) -> Path:
