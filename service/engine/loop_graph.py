@@ -59,9 +59,10 @@ def _body_weights(step: onnx.GraphProto) -> set[str]:
     return body
 
 
-def _greedy_body(step: onnx.GraphProto, state: list[str], has_attn: bool, eos_id: int, pad_id: int):
+def _greedy_body(step: onnx.GraphProto, state: list[str], has_attn: bool, eos_id: int, pad_id: int,
+                 weights: set[str]):
     """One iteration: the step graph's nodes, then argmax, score, stop test. Carries
-    (y_prev, *state, done, steps, score); scans (ids, attn)."""
+    (y_prev, *state, done, steps, score); scans (ids, attn). Holds the step's `weights` (_body_weights)."""
     F, I64, BOOL = TensorProto.FLOAT, TensorProto.INT64, TensorProto.BOOL
     nodes = list(step.node) + [
         _const("loop_zero_f", np.float32(0)), _const("loop_zero_i", np.int64(0)),
@@ -94,9 +95,8 @@ def _greedy_body(step: onnx.GraphProto, state: list[str], has_attn: bool, eos_id
                + [_value(f"{n}_next", F) for n in state]
                + [_value("loop_done_next", BOOL), _value("loop_steps_next", I64), _value("loop_score_next", F),
                   _value("loop_out_y", I64)] + ([_value("attn", F)] if has_attn else []))
-    body_weights = _body_weights(step)
     return oh.make_graph(nodes, "greedy_step", inputs, outputs,
-                         initializer=[t for t in step.initializer if t.name in body_weights])
+                         initializer=[t for t in step.initializer if t.name in weights])
 
 
 def _is_soft_test(name: str, producers: dict, consts: dict) -> bool:
@@ -156,7 +156,8 @@ def build_greedy_loop(step: onnx.ModelProto, eos_id: int, pad_id: int) -> onnx.M
     state = [n for n in STATE_NAMES if n in inputs]
     outer = [n for n in OUTER_NAMES if n in inputs]
     has_attn = "attn" in {o.name for o in step.graph.output}
-    body = _greedy_body(step.graph, state, has_attn, eos_id, pad_id)
+    body_weights = _body_weights(step.graph)
+    body = _greedy_body(step.graph, state, has_attn, eos_id, pad_id, body_weights)
     nodes = [
         oh.make_node("ReduceMax", ["max_output_len"], ["max_steps"], keepdims=0),  # () the trip count
         _const("cond0", np.array(True)),
@@ -175,7 +176,7 @@ def build_greedy_loop(step: onnx.ModelProto, eos_id: int, pad_id: int) -> onnx.M
         [_value("ids", I64, ["batch", "steps"]), _value("steps", I64, ["batch"]),
          _value("score", F, ["batch"])]
         + ([_value("attn", F, ["batch", "steps", "src_time"])] if has_attn else []),
-        initializer=[t for t in step.graph.initializer if t.name not in _body_weights(step.graph)])
+        initializer=[t for t in step.graph.initializer if t.name not in body_weights])
     model = oh.make_model(graph, opset_imports=list(step.opset_import), ir_version=step.ir_version)
     onnx.checker.check_model(model)
     return model
