@@ -37,32 +37,33 @@ def rss_mb(pid: int) -> float:
     return total_kb / 1024
 
 
-def echo_p50_ms(channel, calls: int, warmup: int = 20) -> float:
+def timed_ms(call, calls: int, warmup: int = 20) -> list[float]:
+    """Milliseconds of each of `calls` calls, one after the other, after `warmup` untimed ones."""
+    out = []
+    for i in range(warmup + calls):
+        started = time.perf_counter()
+        call(i)
+        if i >= warmup:
+            out.append((time.perf_counter() - started) * 1000)
+    return out
+
+
+def echo_p50_ms(channel, calls: int) -> float:
     """A health check's p50 on the same channel: the transport's own floor under every model's p50, which
     tells a reader how fast this machine is."""
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-    health, out = health_pb2_grpc.HealthStub(channel), []
-    for i in range(warmup + calls):
-        started = time.perf_counter()
-        health.Check(health_pb2.HealthCheckRequest(), timeout=10)
-        if i >= warmup:
-            out.append((time.perf_counter() - started) * 1000)
-    return round(statistics.median(out), 3)
+    health = health_pb2_grpc.HealthStub(channel)
+    return round(statistics.median(timed_ms(lambda i: health.Check(health_pb2.HealthCheckRequest(), timeout=10),
+                                            calls)), 3)
 
 
-def latencies_ms(stub, model: str, words: list[str], calls: int, warmup: int = 20) -> list[float]:
+def latencies_ms(stub, model: str, words: list[str], calls: int) -> list[float]:
     from attnserve.v1 import attnserve_pb2 as pb
 
     options = pb.DecodeOptions(bypass_lexicon=True, return_attention=True, allow_unknown_symbols=True)  # test words may hold unseen letters
-    out = []
-    for i in range(warmup + calls):
-        request = pb.TransduceRequest(inputs=[words[i % len(words)]], model_name=model, options=options)
-        started = time.perf_counter()
-        stub.Transduce(request, timeout=10)
-        if i >= warmup:
-            out.append((time.perf_counter() - started) * 1000)
-    return out
+    return timed_ms(lambda i: stub.Transduce(pb.TransduceRequest(inputs=[words[i % len(words)]], model_name=model,
+                                                                 options=options), timeout=10), calls)
 
 
 def measure(repository: Path, calls: int) -> dict:

@@ -21,6 +21,15 @@ def make_engine(bundle, **kw):
     return Engine(load_bundle(bundle), EngineConfig(**kw))
 
 
+def loop_feeds(engine, seed: int) -> tuple[list[list[str]], dict]:
+    """40 random words and every input a greedy Loop graph may take for them (each Loop takes its own)."""
+    rng = np.random.default_rng(seed)
+    words = [list(rng.choice(engine.src_vocab[4:], size=rng.integers(1, 15))) for _ in range(40)]
+    run = engine.encode(words)
+    return words, {"y_prev": run.y_prev, **run.state, "enc_out": run.enc_out, "keys": run.keys,
+                   "pad_mask": run.pad_mask, "top_k": run.top_k, "max_output_len": np.full(len(words), 20, dtype=np.int64)}
+
+
 def test_shapes_labels_and_attention_rows(tiny_bundle, greedy_loop):
     engine = make_engine(tiny_bundle, greedy_loop=greedy_loop)
     words = ["attention", "a", "phoenix"]
@@ -109,11 +118,7 @@ def test_the_loop_leaves_the_top_k_work_out_and_answers_bit_for_bit_as_the_whole
     assert len(soft.graph.node) < len(step.graph.node)
     whole = ort.InferenceSession(build_greedy_loop(step, engine.eos_id, engine.pad_id).SerializeToString(),
                                  service.engine.engine._session_options(1), providers=["CPUExecutionProvider"])
-    rng = np.random.default_rng(1)
-    words = [list(rng.choice(engine.src_vocab[4:], size=rng.integers(1, 15))) for _ in range(40)]
-    run = engine.encode(words)
-    feeds = {"y_prev": run.y_prev, **run.state, "enc_out": run.enc_out, "keys": run.keys, "pad_mask": run.pad_mask,
-             "top_k": run.top_k, "max_output_len": np.full(len(words), 20, dtype=np.int64)}
+    words, feeds = loop_feeds(engine, seed=1)
     a = whole.run(None, {i.name: feeds[i.name] for i in whole.get_inputs()})
     b = engine.greedy_loop.run(None, {n: feeds[n] for n in engine._loop_inputs})
     assert len(a) == len(b) and all(np.array_equal(x, y) for x, y in zip(a, b))
@@ -185,11 +190,7 @@ def test_the_loop_holds_each_weight_once_where_its_kernel_wants_it(tiny_bundle):
     del whole.graph.initializer[:]
     whole = ort.InferenceSession(whole.SerializeToString(), service.engine.engine._session_options(1),
                                  providers=["CPUExecutionProvider"])
-    rng = np.random.default_rng(2)
-    words = [list(rng.choice(engine.src_vocab[4:], size=rng.integers(1, 15))) for _ in range(40)]
-    run = engine.encode(words)
-    feeds = {"y_prev": run.y_prev, **run.state, "enc_out": run.enc_out, "keys": run.keys, "pad_mask": run.pad_mask,
-             "max_output_len": np.full(len(words), 20, dtype=np.int64)}
+    words, feeds = loop_feeds(engine, seed=2)
     a = whole.run(None, {i.name: feeds[i.name] for i in whole.get_inputs()})
     b = engine.greedy_loop.run(None, {n: feeds[n] for n in engine._loop_inputs})
     assert len(a) == len(b) and all(np.array_equal(x, y) for x, y in zip(a, b))

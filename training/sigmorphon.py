@@ -180,13 +180,17 @@ def files(lang: str) -> dict[str, Path]:
     return {split: DATA / subtask / f"{lang}_{split}.tsv" for split in ("train", "dev", "test")}
 
 
+def _train_flags(lang: str, seed: int, recipe: Recipe, variant: "Variant", alt: bool) -> list[str]:
+    """One member's python -m training.train flags but its files."""
+    return ["--seed", str(seed), *recipe.flags, *LANG_FLAGS.get(lang, ((), ""))[0], *variant.flags,
+            *(recipe.alt_flags if alt else ())]
+
+
 def member_flags(lang: str, seed: int, recipe: Recipe, variant: "Variant" = RULES, alt: bool = False) -> list[str]:
-    """One member's python -m training.train flags but its files: what its run and a model built from it
-    record, so that a changed recipe is noticed (paths inside the repository relative to it)."""
-    flags = ["--seed", str(seed), *recipe.flags, *LANG_FLAGS.get(lang, ((), ""))[0], *variant.flags,
-             *(recipe.alt_flags if alt else ())]
+    """_train_flags as its run and a model built from it record them, so that a changed recipe is noticed
+    (paths inside the repository relative to it)."""
     return [str(Path(a).relative_to(REPO)) if Path(a).is_absolute() and Path(a).is_relative_to(REPO) else a
-            for a in flags] + (["+cmudict_ipa"] if recipe.cmudict_ipa else [])
+            for a in _train_flags(lang, seed, recipe, variant, alt)] + (["+cmudict_ipa"] if recipe.cmudict_ipa else [])
 
 
 def run_name(seed: int, alt: bool) -> str:
@@ -208,8 +212,8 @@ def train_seed(lang: str, seed: int, recipe: Recipe, variant: Variant = RULES, a
         return out / "best.pt"
     f = files(lang)
     argv = [sys.executable, "-m", "training.train", "--corpus", "tsv", "--train-tsv", str(f["train"]),
-            "--dev-tsv", str(f["dev"]), "--test-tsv", str(f["test"]), "--out", str(out), "--seed", str(seed),
-            *recipe.flags, *LANG_FLAGS.get(lang, ((), ""))[0], *variant.flags, *(recipe.alt_flags if alt else ())]
+            "--dev-tsv", str(f["dev"]), "--test-tsv", str(f["test"]), "--out", str(out),
+            *_train_flags(lang, seed, recipe, variant, alt)]
     if recipe.cmudict_ipa:
         from training.sigmorphon_english import write_targets
 
@@ -326,8 +330,7 @@ def _built_as(manifest: dict, wanted: list[dict]) -> bool:
     # Built before models recorded their runs: as many members, and a lone member's seed.
     if done.get("members") != len(wanted):
         return False
-    lone_seed = f"--seed {manifest.get('train_config', {}).get('seed')}"
-    return len(wanted) > 1 or lone_seed == " ".join(wanted[0]["flags"][:2])
+    return len(wanted) > 1 or str(manifest.get("train_config", {}).get("seed")) == wanted[0]["flags"][1]  # --seed N
 
 
 def _build(lang: str, variant: Variant) -> Path:
