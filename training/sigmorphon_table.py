@@ -81,12 +81,14 @@ def recipe_lines() -> list[str]:
         r = RECIPES[subtask]
         extra = "; plus CMUdict in the task's IPA, marked (training/sigmorphon_english.py)" if r.cmudict_ipa else ""
         alt = f", and each again with `{' '.join(r.alt_flags)}`" if r.alt_flags else ""
-        lines.append(f"- **{subtask}** (seeds {', '.join(map(str, r.seeds))}{alt}{extra}): `{' '.join(r.flags)}`")
+        kept = "; each member's last epoch, not its dev-chosen best" if r.keep == "last" else ""
+        lines.append(f"- **{subtask}** (seeds {', '.join(map(str, r.seeds))}{alt}{extra}{kept}): `{' '.join(r.flags)}`")
     from training.sigmorphon_transfer import PRETRAIN_FLAGS
 
     lines.append(f"- **low, pretrained** (its own row; training/sigmorphon_transfer.py): one model pretrained with "
                  f"`{' '.join(PRETRAIN_FLAGS)}`, then the low recipe's seeds (not its alt_flags members) from it with `--init-from`, "
-                 f"`--init-vocab by-symbol` and `--output context` (made before the low recipe's monotonic output)")
+                 f"`--init-vocab by-symbol` and `--output context`, each member's dev-chosen best epoch (made before the low "
+                 f"recipe's monotonic output)")
     lines += ["", "A language's own flags beside its subtask's (training/sigmorphon.py LANG_FLAGS): "
               + "; ".join(f"`{lang}` `{' '.join(flags)}` ({why})" for lang, (flags, why) in sorted(LANG_FLAGS.items()))
               + "."]
