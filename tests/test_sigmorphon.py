@@ -107,6 +107,9 @@ def test_a_recipe_that_keeps_the_last_epoch_exports_each_members_last_weights(ta
     assert all(torch.equal(exported["state_dict"][k], v) for k, v in final["state_dict"].items())
     assert manifest["task_scores"]["runs"][0]["checkpoint"] == "last.pt"
     assert sigmorphon_transfer.variant().checkpoint(last) == "best.pt"  # the transfer row's members as made
+    legacy = {"task_scores": {"members": 1}, "train_config": {"seed": 1}}  # built before models recorded runs
+    assert sigmorphon._built_as(legacy, [{"run": "seed1", "flags": ["--seed", "1"]}])
+    assert not sigmorphon._built_as(legacy, [{"run": "seed1", "flags": ["--seed", "1"], "checkpoint": "last.pt"}])
     with pytest.raises(ValueError, match="keep='first'"):
         Recipe(recipe.flags, seeds=(1,), keep="first")
 

@@ -344,8 +344,9 @@ def _built_as(manifest: dict, wanted: list[dict]) -> bool:
     done = manifest.get("task_scores", {})
     if "runs" in done:
         return done["runs"] == wanted
-    # Built before models recorded their runs: as many members, and a lone member's seed.
-    if done.get("members") != len(wanted):
+    # Built before models recorded their runs: as many members, and a lone member's seed; and each from its
+    # best.pt, the only checkpoint then.
+    if done.get("members") != len(wanted) or any("checkpoint" in w for w in wanted):
         return False
     return len(wanted) > 1 or str(manifest.get("train_config", {}).get("seed")) == wanted[0]["flags"][1]  # --seed N
 
