@@ -50,9 +50,10 @@ def tiny(seed: int, hidden: int, attention: str, **kw) -> Seq2Seq:
                                attention=attention, dropout=0.0, **kw)).eval()
 
 
-@pytest.mark.parametrize("output_b", ["context", "mixture"])
-def test_a_step_gives_the_members_mean_probability_and_mean_attention(output_b):
-    a, b = tiny(0, 8, "dot"), tiny(1, 12, "cosine", bidirectional=False, output=output_b)
+@pytest.mark.parametrize("output_a,output_b", [("context", "context"), ("context", "mixture"),
+                                               ("context", "monotonic"), ("monotonic", "context")])
+def test_a_step_gives_the_members_mean_probability_and_mean_attention(output_a, output_b):
+    a, b = tiny(0, 8, "dot", output=output_a), tiny(1, 12, "cosine", bidirectional=False, output=output_b)
     ens = Ensemble([a, b]).eval()
     src, src_len = torch.tensor([[4, 5, 6, 7], [8, 9, 0, 0]]), torch.tensor([4, 2])
     y = torch.full((2,), BOS_ID)
@@ -91,10 +92,25 @@ def test_members_that_cannot_share_a_state_are_refused_by_name(kw, field):
         EnsembleConfig((ModelConfig(**base), ModelConfig(**{**base, **kw})))
     with pytest.raises(ValueError, match="attention"):
         EnsembleConfig((ModelConfig(**base), ModelConfig(**base, attention="none")))
-    with pytest.raises(ValueError, match="output 'monotonic'.*alignment state"):
-        EnsembleConfig((ModelConfig(**base), ModelConfig(**base, output="monotonic")))
     with pytest.raises(ValueError, match="at least 2"):
         EnsembleConfig((ModelConfig(**base),))
+
+
+def test_a_soft_and_a_monotonic_member_export_and_decode_as_one(members, small_corpus, tmp_path):
+    # Only the monotonic member keeps an alignment state: `align` is its slice alone.
+    train.main(["--corpus", "tsv", "--tsv", str(small_corpus), "--out", str(tmp_path / "mono"), "--enc-layers", "1",
+                "--emb-dim", "8", "--batch-size", "64", "--max-epochs", "1", "--lr", "0.01", "--dropout", "0.0",
+                "--threads", "1", "--device", "cpu", "--hidden-size", "16", "--output", "monotonic", "--seed", "3"])
+    manifest = build_bundle([members[0], tmp_path / "mono" / "best.pt"], tmp_path / "m" / "1", "m", "1",
+                            parity_words=200)
+    assert parity_ok(manifest["parity"]) and manifest["parity"]["onnx_loop"]["words"] > 50
+    assert [c["output"] for c in manifest["model_config"]["ensemble"]] == ["context", "monotonic"]
+    model, _ = load_checkpoint(tmp_path / "m" / "1" / "checkpoint.pt")
+    src, src_len = torch.tensor([[4, 5, 6, 7], [8, 9, 0, 0]]), torch.tensor([4, 2])
+    with torch.no_grad():
+        enc = model.encode(src, src_len)
+    V = manifest["model_config"]["ensemble"][1]["tgt_vocab_size"]
+    assert enc.state.align.shape == (2, 4, 1 + V)
 
 
 def test_members_trained_on_other_data_are_refused(members, tmp_path):

@@ -10,14 +10,14 @@ axis, which keeps the graph interface of a single model:
     keys                 (B, S, K_1 + ... + K_N)   K_i = H_i, or 2 H_i (outputs mixture, monotonic: Decoder.keys)
     h, c                 (L, B, H_1 + ... + H_N)
     feed                 (B, H_1 + ... + H_N)
-    align                (B, S, (1 + V) N)   (output "monotonic": all members or none)
+    align                (B, S, (1 + V) M)   (the M members with output "monotonic"; none: no align)
     log p(y | ...)       = logsumexp_i log p_i(y | ...) - log N     (the members' mean probability)
     attn                 = the members' mean attention               (B, S)
 
 Members of one shape (seeds of one recipe) step as one, with batched products (training/stacked.py);
 the graphs' inputs and outputs are the same either way. So the engine, the ONNX Loop, beam search and
 continuous batching run an ensemble bundle exactly as they run any other: the server needs nothing new. Members may differ in size,
-encoder, score function and output (context or mixture); they must share the vocabularies, have attention, and share
+encoder, score function and output (context, mixture or monotonic); they must share the vocabularies, have attention, and share
 the decoder cell and its number of layers (their states are concatenated, not stacked).
 """
 from __future__ import annotations
@@ -43,9 +43,6 @@ class EnsembleConfig:
         for i, m in enumerate(self.members):
             if m.attention == "none":
                 raise ValueError(f"ensemble member {i} has no attention: members must all have attention")
-            if (m.output == "monotonic") != (first.output == "monotonic"):
-                raise ValueError(f"ensemble member {i} has output {m.output!r}, member 0 {first.output!r}: "
-                                 f"a monotonic member's alignment state needs every member to have one")
             for field in ("src_vocab_size", "tgt_vocab_size", "cell", "dec_layers"):
                 if getattr(m, field) != getattr(first, field):
                     raise ValueError(f"ensemble member {i} has {field}={getattr(m, field)!r}, member 0 has "
@@ -63,11 +60,13 @@ class EnsembleConfig:
 
 
 def cat_states(states: list[DecoderState]) -> DecoderState:
-    """The members' decoder states side by side: h, c (L, B, sum H), feed (B, sum H), align (B, S, sum 1 + V)."""
+    """The members' decoder states side by side: h, c (L, B, sum H), feed (B, sum H), align (B, S, sum 1 + V)
+    over the members that have one (output monotonic)."""
+    aligns = [s.align for s in states if s.align is not None]
     return DecoderState(torch.cat([s.h for s in states], dim=2),
                         torch.cat([s.c for s in states], dim=2) if states[0].c is not None else None,
                         torch.cat([s.feed for s in states], dim=1),
-                        torch.cat([s.align for s in states], dim=2) if states[0].align is not None else None)
+                        torch.cat(aligns, dim=2) if aligns else None)
 
 
 class EnsembleDecoder(nn.Module):
@@ -80,7 +79,8 @@ class EnsembleDecoder(nn.Module):
         self.out_sizes = [d.out_size for d in decoders]  # the widths of their step outs: H_i, or V (mixture)
         self.key_sizes = [H * (2 if d.mixture else 1) for H, d in zip(self.sizes, decoders)]  # see Decoder.keys
         self.has_attention = True
-        self.state_names = decoders[0].state_names  # h, (c,) feed, (align)
+        self.state_names = max((d.state_names for d in decoders), key=len)  # h, (c,) feed, (align: any monotonic member)
+        self.align_sizes = [1 + d.out_size if d.monotonic else 0 for d in decoders]  # monotonic: out_size is V
 
     def _split(self, x: torch.Tensor | None, dim: int, sizes: list[int] | None = None) -> list:
         sizes = sizes or self.sizes
@@ -89,7 +89,8 @@ class EnsembleDecoder(nn.Module):
     def step(self, y_prev, state: DecoderState, enc_out=None, keys=None, pad_mask=None, top_k=None):
         # Same contract as Decoder.step; `out` is the members' outs side by side, (B, out_size_1 + ... + out_size_N).
         hs, cs, feeds = self._split(state.h, 2), self._split(state.c, 2), self._split(state.feed, 1)
-        aligns = self._split(state.align, 2, [1 + V for V in self.out_sizes])  # monotonic: out_size is V
+        monotonic = iter(self._split(state.align, 2, [n for n in self.align_sizes if n]) if any(self.align_sizes) else [])
+        aligns = [next(monotonic) if d.monotonic else None for d in self.members]  # the others keep no align
         enc_outs, keyss = self._split(enc_out, 2), self._split(keys, 2, self.key_sizes)
         states, outs, attns = [], [], []
         for i, decoder in enumerate(self.members):
