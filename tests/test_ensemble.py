@@ -17,7 +17,7 @@ from training import train
 from training.data import BOS_ID, Vocab
 from training.ensemble import Ensemble, EnsembleConfig
 from training.export import build_bundle, load_checkpoint, parity, parity_ok
-from training.model import DecoderState, ModelConfig, Seq2Seq
+from training.model import ModelConfig, Seq2Seq
 
 MEMBERS = {  # two members unlike each other: sizes, encoders and score functions differ
     "a": ["--hidden-size", "16", "--attention", "general", "--bidirectional", "true", "--seed", "1"],
