@@ -94,26 +94,6 @@ def test_a_recipes_alt_flags_train_each_seed_again_as_more_members(task, monkeyp
     assert six.members(sigmorphon_transfer.variant()) == [(1, False)]  # the transfer row keeps its members
 
 
-def test_a_recipe_that_keeps_the_last_epoch_exports_each_members_last_weights(task, monkeypatch):
-    recipe = sigmorphon.RECIPES["low"]
-    last = Recipe((*recipe.flags, "--max-epochs", "3", "--save-last", "true"), seeds=(1,), keep="last")
-    monkeypatch.setattr(sigmorphon, "RECIPES", {"low": last})
-    manifest = load_bundle(sigmorphon.build("tiny")).manifest
-    run = task / "runs" / "tiny" / "seed1"
-    best, final = (torch.load(run / name, weights_only=False) for name in ("best.pt", "last.pt"))
-    assert final["epoch"] == 3 and best["epoch"] < 3  # this tiny run's dev-chosen epoch is not its last
-    exported = torch.load(task / "runs" / "tiny" / "checkpoint.pt", weights_only=False)
-    assert exported["epoch"] == 3
-    assert all(torch.equal(exported["state_dict"][k], v) for k, v in final["state_dict"].items())
-    assert manifest["task_scores"]["runs"][0]["checkpoint"] == "last.pt"
-    assert sigmorphon_transfer.variant().checkpoint(last) == "best.pt"  # the transfer row's members as made
-    legacy = {"task_scores": {"members": 1}, "train_config": {"seed": 1}}  # built before models recorded runs
-    assert sigmorphon._built_as(legacy, [{"run": "seed1", "flags": ["--seed", "1"]}])
-    assert not sigmorphon._built_as(legacy, [{"run": "seed1", "flags": ["--seed", "1"], "checkpoint": "last.pt"}])
-    with pytest.raises(ValueError, match="keep='first'"):
-        Recipe(recipe.flags, seeds=(1,), keep="first")
-
-
 def test_cmudict_in_the_task_ipa_is_marked_and_leaves_out_the_held_out_words(tmp_path):
     from training.sigmorphon_english import MARK, to_ipa, write_targets
 

@@ -66,11 +66,6 @@ class Recipe:
     seeds: tuple[int, ...]
     cmudict_ipa: bool = False  # eng_us only: CMUdict in the task's IPA as extra training pairs
     alt_flags: tuple[str, ...] = ()  # each seed trained again with these flags too, as more members
-    keep: str = "best"  # each member's weights: "best" (its dev-chosen epoch) or "last" (needs --save-last true)
-
-    def __post_init__(self):
-        if self.keep not in ("best", "last"):
-            raise ValueError(f"Recipe keep={self.keep!r}: 'best' or 'last'")
 
     def members(self, variant: "Variant") -> list[tuple[int, bool]]:
         """(seed, alt) of each member: the seeds, then (where the variant takes them) the seeds again with alt_flags."""
@@ -166,10 +161,6 @@ class Variant:
     flags: tuple[str, ...] = ()
     outside_data: str = ""  # what else its models learned from (the rules allow nothing), for their manifests
     alt_members: bool = True  # whether its ensembles take the recipe's alt_flags members
-    keep: str | None = None  # which checkpoint each member gives ("best", "last"); None: the recipe's
-
-    def checkpoint(self, recipe: Recipe) -> str:
-        return f"{self.keep or recipe.keep}.pt"
 
     def run_dir(self, lang: str) -> Path:
         return (self.runs or RUNS) / lang
@@ -208,9 +199,7 @@ def run_name(seed: int, alt: bool) -> str:
 
 def train_seed(lang: str, seed: int, recipe: Recipe, variant: Variant = RULES, alt: bool = False) -> Path:
     """One training run (skipped when its result.json exists), with the recipe's alt_flags where `alt`;
-    returns the checkpoint the recipe keeps (best.pt or last.pt). A run that records other flags than
-    these is refused, not reused."""
-    kept = member_checkpoint(lang, seed, recipe, variant, alt)
+    returns its best checkpoint. A run that records other flags than these is refused, not reused."""
     runs = variant.run_dir(lang)
     run = run_name(seed, alt)
     out = runs / run
@@ -220,7 +209,7 @@ def train_seed(lang: str, seed: int, recipe: Recipe, variant: Variant = RULES, a
         if recorded.exists() and json.loads(recorded.read_text()) != flags:
             raise SystemExit(f"{out} was trained with other flags than {lang}'s recipe now asks ({recorded}): "
                              "move it aside to train this member again")
-        return kept
+        return out / "best.pt"
     f = files(lang)
     argv = [sys.executable, "-m", "training.train", "--corpus", "tsv", "--train-tsv", str(f["train"]),
             "--dev-tsv", str(f["dev"]), "--test-tsv", str(f["test"]), "--out", str(out),
@@ -238,13 +227,7 @@ def train_seed(lang: str, seed: int, recipe: Recipe, variant: Variant = RULES, a
     last = (runs / f"{run}.log").read_text().strip().splitlines()[-1]
     (out / "flags.json").write_text(json.dumps(flags) + "\n")
     (out / "result.json").write_text(last + "\n")
-    if not kept.exists():
-        raise SystemExit(f"{lang} {run}: no {kept} after training (a recipe that keeps last.pt needs --save-last true)")
-    return kept
-
-
-def member_checkpoint(lang: str, seed: int, recipe: Recipe, variant: Variant = RULES, alt: bool = False) -> Path:
-    return variant.run_dir(lang) / run_name(seed, alt) / variant.checkpoint(recipe)
+    return out / "best.pt"
 
 
 def task_wer(bundle: Path, split_file: Path, beam: int, precision: str) -> float:
@@ -344,9 +327,8 @@ def _built_as(manifest: dict, wanted: list[dict]) -> bool:
     done = manifest.get("task_scores", {})
     if "runs" in done:
         return done["runs"] == wanted
-    # Built before models recorded their runs: as many members, and a lone member's seed; and each from its
-    # best.pt, the only checkpoint then.
-    if done.get("members") != len(wanted) or any("checkpoint" in w for w in wanted):
+    # Built before models recorded their runs: as many members, and a lone member's seed.
+    if done.get("members") != len(wanted):
         return False
     return len(wanted) > 1 or str(manifest.get("train_config", {}).get("seed")) == wanted[0]["flags"][1]  # --seed N
 
@@ -359,10 +341,8 @@ def _build(lang: str, variant: Variant) -> Path:
     name, target, runs = variant.name(lang), variant.bundle(lang), variant.run_dir(lang)
     recipe = recipe_for(lang)
     members = recipe.members(variant)
-    # A member's checkpoint is recorded where it is not best.pt, which models built before recorded.
-    kept = variant.checkpoint(recipe)
-    wanted = [{"run": run_name(seed, alt), "flags": member_flags(lang, seed, recipe, variant, alt),
-               **({"checkpoint": kept} if kept != "best.pt" else {})} for seed, alt in members]
+    wanted = [{"run": run_name(seed, alt), "flags": member_flags(lang, seed, recipe, variant, alt)}
+              for seed, alt in members]
     if (target / "manifest.json").exists() and _built_as(json.loads((target / "manifest.json").read_text()), wanted):
         return target  # done: the recipe asks for the members it was built from
     started = time.time()

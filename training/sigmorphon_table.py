@@ -81,14 +81,12 @@ def recipe_lines() -> list[str]:
         r = RECIPES[subtask]
         extra = "; plus CMUdict in the task's IPA, marked (training/sigmorphon_english.py)" if r.cmudict_ipa else ""
         alt = f", and each again with `{' '.join(r.alt_flags)}`" if r.alt_flags else ""
-        kept = "; each member's last epoch, not its dev-chosen best" if r.keep == "last" else ""
-        lines.append(f"- **{subtask}** (seeds {', '.join(map(str, r.seeds))}{alt}{extra}{kept}): `{' '.join(r.flags)}`")
+        lines.append(f"- **{subtask}** (seeds {', '.join(map(str, r.seeds))}{alt}{extra}): `{' '.join(r.flags)}`")
     from training.sigmorphon_transfer import PRETRAIN_FLAGS
 
     lines.append(f"- **low, pretrained** (its own row; training/sigmorphon_transfer.py): one model pretrained with "
                  f"`{' '.join(PRETRAIN_FLAGS)}`, then the low recipe's seeds (not its alt_flags members) from it with `--init-from`, "
-                 f"`--init-vocab by-symbol` and `--output context`, each member's dev-chosen best epoch (made before the low "
-                 f"recipe's monotonic output)")
+                 f"`--init-vocab by-symbol` and `--output context` (made before the low recipe's monotonic output)")
     lines += ["", "A language's own flags beside its subtask's (training/sigmorphon.py LANG_FLAGS): "
               + "; ".join(f"`{lang}` `{' '.join(flags)}` ({why})" for lang, (flags, why) in sorted(LANG_FLAGS.items()))
               + "."]
@@ -162,7 +160,7 @@ file was read once, for each candidate built.
   no monotonic run has). `fre` (the shipped soft model, retrained here to its dev 8.3, beside the monotonic
   run of 8.6): 8.4 with beam 5. `kor` (jamo sources, seed 2: the shipped monotonic model's 19.1 beside a soft
   run of 20.2): 19.3. Neither beat its shipped model, so neither is kept.
-- **low, each member's last epoch** (the end of its cosine schedule, `--save-last`; a recipe's `keep`) in
+- **low, each member's last epoch** (the end of its cosine schedule, `--save-last`) in
   place of its dev-chosen best, where most members' best epochs came early, on a good day of a noisy 100-word
   dev set. Six members retrained for `ady` and `wel_sw` (their best.pt ensembles gave the shipped dev figures
   with beam 5, 22.0 and 12.0): the last.pt ensembles 26.0 and 14.0 on dev, which favours best.pt, chosen on

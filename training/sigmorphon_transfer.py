@@ -90,8 +90,7 @@ def variant() -> sigmorphon.Variant:
                               flags=("--init-from", str(pretrained_checkpoint()), "--init-vocab", "by-symbol",
                                      "--output", "context"),
                               outside_data=OUTSIDE_DATA,
-                              alt_members=False,  # its three members came before the low recipe's six
-                              keep="best")  # and before it kept each member's last epoch
+                              alt_members=False)  # its three members came before the low recipe's six
 
 
 def main(argv=None):
