@@ -83,13 +83,13 @@ class EnsembleDecoder(nn.Module):
         self.align_sizes = [1 + d.out_size if d.monotonic else 0 for d in decoders]  # monotonic: out_size is V
 
     def _split(self, x: torch.Tensor | None, dim: int, sizes: list[int] | None = None) -> list:
-        sizes = sizes or self.sizes
+        sizes = self.sizes if sizes is None else sizes
         return list(torch.split(x, sizes, dim=dim)) if x is not None else [None] * len(sizes)
 
     def step(self, y_prev, state: DecoderState, enc_out=None, keys=None, pad_mask=None, top_k=None):
         # Same contract as Decoder.step; `out` is the members' outs side by side, (B, out_size_1 + ... + out_size_N).
         hs, cs, feeds = self._split(state.h, 2), self._split(state.c, 2), self._split(state.feed, 1)
-        monotonic = iter(self._split(state.align, 2, [n for n in self.align_sizes if n]) if any(self.align_sizes) else [])
+        monotonic = iter(self._split(state.align, 2, [n for n in self.align_sizes if n]))  # align: theirs alone
         aligns = [next(monotonic) if d.monotonic else None for d in self.members]  # the others keep no align
         enc_outs, keyss = self._split(enc_out, 2), self._split(keys, 2, self.key_sizes)
         states, outs, attns = [], [], []
