@@ -236,6 +236,7 @@ def test_init_from_another_corpus_carries_the_shared_symbols_rows_over(corpus, t
     differing vocabularies are refused, as before."""
     import torch
 
+    from training import init_from
     from training.data import Vocab
     from training.model import ModelConfig, Seq2Seq
 
@@ -258,7 +259,7 @@ def test_init_from_another_corpus_carries_the_shared_symbols_rows_over(corpus, t
     tgt = Vocab.build(pron(w).split() for w in corpus["words"]["train"])
     torch.manual_seed(0)
     model = Seq2Seq(ModelConfig(**{**ckpt["model_config"], "src_vocab_size": len(src), "tgt_vocab_size": len(tgt)}))
-    carried = train.carry_by_symbol(model, ckpt, src.itos, tgt.itos)
+    carried = init_from.carry_by_symbol(model, ckpt, src.itos, tgt.itos)
     state, old, fresh = carried["state_dict"], ckpt["state_dict"], model.state_dict()
     old_src, old_tgt = Vocab(ckpt["src_vocab"][4:]), Vocab(ckpt["tgt_vocab"][4:])
     for name, new_vocab, old_vocab in (("encoder.embed.weight", src, old_src), ("decoder.generator.weight", tgt, old_tgt),
@@ -267,7 +268,7 @@ def test_init_from_another_corpus_carries_the_shared_symbols_rows_over(corpus, t
             assert torch.equal(state[name][new_vocab.stoi[t]], old[name][old_vocab.stoi[t]]), (name, t)
         for t in ("c", "h") if new_vocab is src else ("K", "H"):
             assert torch.equal(state[name][new_vocab.stoi[t]], fresh[name][new_vocab.stoi[t]]), (name, t)
-    assert all(torch.equal(state[k], old[k]) for k in old if k not in train.VOCAB_ROWS)
+    assert all(torch.equal(state[k], old[k]) for k in old if k not in init_from.VOCAB_ROWS)
     assert carried["symbols_carried"] == {"src": [4 + 2, len(src)], "tgt": [4 + 2, len(tgt)]}
 
     run = tmp_path / "run"

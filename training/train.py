@@ -37,6 +37,7 @@ from tqdm import tqdm
 from training.data import (BOS_ID, EOS_ID, PAD_ID, CMUDICT_FILTER_RULE, GIVEN_SPLIT_RULE, SPLIT_RULE, Pair, Vocab,
                            file_record, load_cmudict, load_given, load_tsv, references)
 from training.distill import load_train_targets
+from training.init_from import model_from_checkpoint
 from training.metrics import score
 from training.model import ModelConfig, Seq2Seq
 from training.plots import plot_history
@@ -165,33 +166,10 @@ def cosine_lr(tcfg: TrainConfig, step: int, total_steps: int) -> float:
     return tcfg.min_lr + (tcfg.lr - tcfg.min_lr) * 0.5 * (1 + math.cos(math.pi * min(1.0, done)))
 
 
-# The parameters with a row per vocabulary symbol, and which vocabulary ("src" or "tgt").
-VOCAB_ROWS = {"encoder.embed.weight": "src", "decoder.embed.weight": "tgt", "decoder.generator.weight": "tgt",
-              "decoder.generator.bias": "tgt"}
-
-
-def carry_by_symbol(model: Seq2Seq, ckpt: dict, src_itos: list[str], tgt_itos: list[str]) -> dict:
-    """A state dict for `model` (this corpus's vocabularies) from a checkpoint trained on other data (other
-    languages, say): every weight as trained, and in the per-symbol rows (embeddings, output layer) each
-    symbol both vocabularies have carries its row over; a symbol new here keeps its fresh initialization.
-    Returns {"state_dict": ..., "symbols_carried": {"src": [n, of], "tgt": [n, of]}}."""
-    state = {k: v.clone() for k, v in ckpt["state_dict"].items()}
-    fresh = model.state_dict()
-    counts = {}
-    for which, new_itos, old_itos in (("src", src_itos, ckpt["src_vocab"]), ("tgt", tgt_itos, ckpt["tgt_vocab"])):
-        old_index = {t: i for i, t in enumerate(old_itos)}
-        shared = [(i, old_index[t]) for i, t in enumerate(new_itos) if t in old_index]
-        counts[which] = [len(shared), len(new_itos)]
-        for name in (n for n, w in VOCAB_ROWS.items() if w == which):
-            rows = fresh[name].clone()
-            new_ids, old_ids = (torch.tensor(x) for x in zip(*shared))
-            rows[new_ids] = state[name][old_ids]
-            state[name] = rows
-    return {"state_dict": state, "symbols_carried": counts}
-
-
 def train(model_cfg_kwargs: dict, tcfg: TrainConfig, splits, data_desc: dict, out: Path,
           init_from: Path | None = None, dist: distributed.Dist | None = None, init_vocab: str = "same") -> dict:
+    """Learn from splits["train"], epoch by epoch, keeping the epoch best on splits["dev"] (greedy WER) in
+    out/best.pt; out/history.csv and .png follow each epoch. Returns the run's summary."""
     dist = dist or distributed.Dist()
     torch.manual_seed(tcfg.seed)
     rng = random.Random(tcfg.seed)  # the same batch order on every rank
@@ -200,23 +178,9 @@ def train(model_cfg_kwargs: dict, tcfg: TrainConfig, splits, data_desc: dict, ou
     src_vocab = Vocab.build(p.src for p in splits["train"])
     tgt_vocab = Vocab.build(p.tgt for p in splits["train"])
     cfg = ModelConfig(src_vocab_size=len(src_vocab), tgt_vocab_size=len(tgt_vocab), **model_cfg_kwargs)
-    model = Seq2Seq(cfg)
-    if init_from:  # continue training a checkpoint: with a lower learning rate, say, or on other data
-        ckpt = torch.load(init_from, map_location="cpu", weights_only=False)
-        if "members" in ckpt:
-            raise SystemExit(f"{init_from} is an ensemble's checkpoint: --init-from takes one model's")
-        same = ckpt["src_vocab"] == src_vocab.itos and ckpt["tgt_vocab"] == tgt_vocab.itos
-        if not same and init_vocab == "same":
-            raise SystemExit(f"{init_from}: vocabularies differ from this corpus's "
-                             f"(--init-vocab by-symbol carries the shared symbols' rows over)")
-        cfg = ModelConfig(**{**ckpt["model_config"], "src_vocab_size": len(src_vocab),
-                             "tgt_vocab_size": len(tgt_vocab)})
-        model = Seq2Seq(cfg)
-        carried = {} if same else carry_by_symbol(model, ckpt, src_vocab.itos, tgt_vocab.itos)
-        model.load_state_dict(ckpt["state_dict"] if same else carried.pop("state_dict"))
-        data_desc = {**data_desc, "continued_from": {"checkpoint": str(init_from), "epoch": ckpt["epoch"],
-                                                     "dev_wer": ckpt["dev_wer"], "history": ckpt["history"],
-                                                     **carried}}
+    model = Seq2Seq(cfg)  # built even when --init-from replaces it, so that the random stream after it is a seed's
+    if init_from:
+        cfg, model, data_desc = model_from_checkpoint(init_from, init_vocab, src_vocab, tgt_vocab, data_desc)
     model.to(dist.device)
     # DDP averages the gradients in backward; `model` stays the plain module (checkpoints, decoding).
     step_model = (torch.nn.parallel.DistributedDataParallel(model, device_ids=[dist.device.index]
@@ -228,61 +192,29 @@ def train(model_cfg_kwargs: dict, tcfg: TrainConfig, splits, data_desc: dict, ou
     opt = torch.optim.Adam(model.parameters(), lr=tcfg.lr)
     if dist.main:
         out.mkdir(parents=True, exist_ok=True)
-    log_path = out / "history.csv"
+        print(f"model {cfg} ({n_params:,} parameters); data {data_desc['pairs']}; "
+              f"{dist.world_size} rank(s) on {dist.device.type}", flush=True)
     history, best_wer, bad_epochs, started = [], float("inf"), 0, time.time()
     steps_per_epoch = len(distributed.shard(make_batches(train_ids, tcfg.batch_size, random.Random(0)), dist))
-    total_steps, step = tcfg.max_epochs * steps_per_epoch, 0
-    schedule_steps = total_steps  # the cosine's last step: total_steps, or where the time budget ends
+    total_steps = tcfg.max_epochs * steps_per_epoch
+    sched = Schedule(last_step=total_steps)
 
     def out_of_time() -> bool:
         return bool(tcfg.max_minutes) and (time.time() - started) / 60 > tcfg.max_minutes
 
-    if dist.main:
-        print(f"model {cfg} ({n_params:,} parameters); data {data_desc['pairs']}; "
-              f"{dist.world_size} rank(s) on {dist.device.type}", flush=True)
     for epoch in range(1, tcfg.max_epochs + 1):
-        model.train()
         batches = distributed.shard(make_batches(train_ids, tcfg.batch_size, rng), dist)
-        total, count, stopped = 0.0, 0, False
-        bar = tqdm(batches, desc=f"epoch {epoch}", mininterval=10, ascii=True, disable=not dist.main)
-        for idx in bar:
-            if tcfg.lr_schedule == "cosine":
-                for g in opt.param_groups:
-                    g["lr"] = cosine_lr(tcfg, step, schedule_steps)
-                step += 1
-            src, src_len, tgt_in, tgt_out = (t.to(dist.device) for t in collate([train_ids[i] for i in idx]))
-            logits = step_model(src, src_len, tgt_in)  # (B, T, V)
-            loss = F.cross_entropy(logits.flatten(0, 1), tgt_out.flatten(), ignore_index=PAD_ID,
-                                   label_smoothing=tcfg.label_smoothing)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), tcfg.clip_grad_norm)
-            opt.step()
-            total, count = total + loss.item(), count + 1
-            bar.set_postfix(loss=f"{total / count:.3f}", best_dev_wer=f"{best_wer:.3f}" if history else "-", refresh=False)
-            if tcfg.stop_mid_epoch and distributed.any_rank(out_of_time(), dist):
-                stopped = True
-                break
-        total, count = distributed.sum_all([total, count], dist)  # the mean loss over every rank's steps
-        # Dev decoding split across ranks; every rank then scores all of it, identically.
-        shard = sorted(dev_refs)[dist.rank::dist.world_size]
-        hyps = distributed.gather_dict(
-            greedy_outputs(model, shard, src_vocab, tgt_vocab, tcfg.max_output_len), dist)
-        dev = score(hyps, dev_refs)
-        lr = opt.param_groups[0]["lr"]
-        row = {"epoch": epoch, "train_loss": total / count, "dev_wer": dev.wer, "dev_per": dev.per,
-               "lr": lr, "minutes": (time.time() - started) / 60}
-        history.append(row)
+        label = f"{best_wer:.3f}" if history else "-"
+        loss, stopped = train_epoch(step_model, opt, tcfg, train_ids, batches, sched, f"epoch {epoch}", label,
+                                    lambda: tcfg.stop_mid_epoch and distributed.any_rank(out_of_time(), dist), dist)
+        dev = dev_score(model, dev_refs, src_vocab, tgt_vocab, tcfg.max_output_len, dist)
+        history.append({"epoch": epoch, "train_loss": loss, "dev_wer": dev.wer, "dev_per": dev.per,
+                        "lr": opt.param_groups[0]["lr"], "minutes": (time.time() - started) / 60})
         if dist.main:
-            print(json.dumps(row), flush=True)
-            with log_path.open("w", newline="") as f:
-                w = csv.DictWriter(f, fieldnames=list(row))
-                w.writeheader()
-                w.writerows(history)
-            plot_history(history, out / "history.png")
+            write_history(history, out)
         if tcfg.lr_schedule == "cosine" and tcfg.max_minutes:  # the ranks' mean, so that they agree
             spent = distributed.sum_all([(time.time() - started) / 60 / tcfg.max_minutes], dist)[0] / dist.world_size
-            schedule_steps = min(total_steps, max(step + 1, int(step / max(spent, 1e-9))))
+            sched.last_step = min(total_steps, max(sched.step + 1, int(sched.step / max(spent, 1e-9))))
         if dev.wer < best_wer:
             best_wer, bad_epochs = dev.wer, 0
             save_checkpoint(model, cfg, tcfg, data_desc, src_vocab, tgt_vocab, epoch, dev, history, out, dist)
@@ -303,6 +235,60 @@ def train(model_cfg_kwargs: dict, tcfg: TrainConfig, splits, data_desc: dict, ou
         save_checkpoint(model, cfg, tcfg, data_desc, src_vocab, tgt_vocab, epoch, dev, history, out, dist, "last.pt")
     return {"best_dev_wer": best_wer, "epochs": len(history), "parameters": n_params,
             "minutes": (time.time() - started) / 60, "world_size": dist.world_size}
+
+
+@dataclass
+class Schedule:
+    """Where the cosine schedule stands: steps taken, and the step its rate reaches min_lr (max_epochs'
+    last, or sooner where the time budget is projected to end)."""
+    last_step: int
+    step: int = 0
+
+
+def train_epoch(step_model, opt, tcfg: TrainConfig, train_ids, batches, sched: Schedule, desc: str,
+                best_label: str, stop_now, dist: distributed.Dist) -> tuple[float, bool]:
+    """One pass over `batches` (lists of indices into train_ids): the mean loss over every rank's steps,
+    and whether `stop_now()` cut the epoch short."""
+    step_model.train()
+    total, count, stopped = 0.0, 0, False
+    bar = tqdm(batches, desc=desc, mininterval=10, ascii=True, disable=not dist.main)
+    for idx in bar:
+        if tcfg.lr_schedule == "cosine":
+            for g in opt.param_groups:
+                g["lr"] = cosine_lr(tcfg, sched.step, sched.last_step)
+            sched.step += 1
+        src, src_len, tgt_in, tgt_out = (t.to(dist.device) for t in collate([train_ids[i] for i in idx]))
+        logits = step_model(src, src_len, tgt_in)  # (B, T, V)
+        loss = F.cross_entropy(logits.flatten(0, 1), tgt_out.flatten(), ignore_index=PAD_ID,
+                               label_smoothing=tcfg.label_smoothing)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(step_model.parameters(), tcfg.clip_grad_norm)
+        opt.step()
+        total, count = total + loss.item(), count + 1
+        bar.set_postfix(loss=f"{total / count:.3f}", best_dev_wer=best_label, refresh=False)
+        if stop_now():
+            stopped = True
+            break
+    total, count = distributed.sum_all([total, count], dist)
+    return total / count, stopped
+
+
+def dev_score(model: Seq2Seq, dev_refs: dict, src_vocab: Vocab, tgt_vocab: Vocab, max_len: int,
+              dist: distributed.Dist):
+    """Greedy dev decoding split across ranks; every rank then scores all of it, identically."""
+    shard = sorted(dev_refs)[dist.rank::dist.world_size]
+    return score(distributed.gather_dict(greedy_outputs(model, shard, src_vocab, tgt_vocab, max_len), dist), dev_refs)
+
+
+def write_history(history: list[dict], out: Path) -> None:
+    """Print the last epoch's row; history.csv and history.png hold them all."""
+    print(json.dumps(history[-1]), flush=True)
+    with (out / "history.csv").open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(history[-1]))
+        w.writeheader()
+        w.writerows(history)
+    plot_history(history, out / "history.png")
 
 
 def save_checkpoint(model, cfg, tcfg, data_desc, src_vocab, tgt_vocab, epoch, dev, history, out, dist,
