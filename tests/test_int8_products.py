@@ -1,13 +1,21 @@
 """bench/int8_products.py: each way's graph computes x @ W (within int8's error), and the per-row
-product, which the int8 bundles use, gives a row the same result alone and among others."""
-import numpy as np
+product, which the int8 bundles use, gives a row the same result alone and among others. Run in a
+fresh interpreter, as the bench runs: its sessions take threads of their own, which onnxruntime
+refuses in a process whose engine made the global thread pool (an earlier test file's, under xdist)."""
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
-from bench import int8_products as ip
+REPO = Path(__file__).resolve().parents[1]
 
 
-@pytest.mark.parametrize("bounded", [False, True])
-def test_every_way_computes_the_product_and_per_row_int8_keeps_a_rows_answer(bounded):
+def check(bounded: bool) -> None:
+    import numpy as np
+
+    from bench import int8_products as ip
+
     rng = np.random.default_rng(1)
     K, N = 256, 128
     W = (rng.standard_normal((K, N)) * 0.05).astype(np.float32)
@@ -24,3 +32,11 @@ def test_every_way_computes_the_product_and_per_row_int8_keeps_a_rows_answer(bou
         if name == "rowwise":
             alone = np.concatenate([sess.run(None, {"x": x[i:i + 1]})[0] for i in range(16)])
             assert np.array_equal(alone, y)
+    print("ok")
+
+
+@pytest.mark.parametrize("bounded", [False, True])
+def test_every_way_computes_the_product_and_per_row_int8_keeps_a_rows_answer(bounded):
+    r = subprocess.run([sys.executable, "-c", f"from tests.test_int8_products import check; check({bounded})"],
+                       cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stdout + r.stderr[-3000:]
