@@ -94,6 +94,23 @@ def test_a_recipes_alt_flags_train_each_seed_again_as_more_members(task, monkeyp
     assert six.members(sigmorphon_transfer.variant()) == [(1, False)]  # the transfer row keeps its members
 
 
+def test_a_recipe_that_trains_on_dev_exports_each_runs_last_epoch_and_the_table_says_so(task, monkeypatch):
+    recipe = sigmorphon.RECIPES["low"]
+    monkeypatch.setattr(sigmorphon, "RECIPES", {"low": Recipe(recipe.flags, seeds=(1,), train_on_dev=True,
+                                                              decoding="beam5")})
+    manifest = load_bundle(sigmorphon.build("tiny")).manifest
+    last = torch.load(task / "runs" / "tiny" / "seed1" / "last.pt", weights_only=False)
+    assert manifest["data"]["train_on_dev"] is True and manifest["training"]["best_epoch"] == last["epoch"] == 2  # the epoch exported
+    assert manifest["task_scores"]["runs"][0]["flags"][-4:] == list(sigmorphon.TRAIN_ON_DEV)
+    doc = task / "sigmorphon.md"
+    sigmorphon_table.write_table(doc)
+    text = doc.read_text(encoding="utf-8")
+    dev = manifest["task_scores"]["dev"]
+    row = next(line for line in text.splitlines() if "`g2p-tiny`" in line)
+    assert f"| ({dev['greedy']:.2f}) | ({dev['beam5']:.2f}) |" in row  # figures on words it learned, marked
+    assert "Decoding chosen on dev: **beam5**" in text and "trained on the train and dev files together" in text
+
+
 def test_cmudict_in_the_task_ipa_is_marked_and_leaves_out_the_held_out_words(tmp_path):
     from training.sigmorphon_english import MARK, to_ipa, write_targets
 

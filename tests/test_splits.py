@@ -229,6 +229,22 @@ def test_save_last_keeps_the_final_epoch_beside_the_best_one(corpus, tmp_path):
     assert same == (best["epoch"] == 3)
 
 
+def test_train_on_dev_trains_on_the_dev_words_too_and_never_on_a_test_word(corpus, tmp_path):
+    import torch
+
+    train.main([*given_args(corpus, tmp_path), "--train-on-dev", "true", "--save-last", "true"])
+    last = torch.load(tmp_path / "last.pt", weights_only=False)
+    assert "x" in last["src_vocab"] and "X" in last["tgt_vocab"]  # the dev-only letter was trained on
+    assert "z" not in last["src_vocab"] and "Z" not in last["tgt_vocab"]  # no test word was
+    data = last["data"]
+    assert data["train_on_dev"] is True
+    assert data["pairs"]["train"] == len(corpus["words"]["train"]) + len(corpus["words"]["dev"])
+    assert data["files"]["train"] == file_record(corpus["files"]["train"])  # the files as given, named as such
+    # dev would pick an epoch from words it trained on: the run's last epoch is the model, so save_last is asked
+    with pytest.raises(SystemExit):
+        train.main([*given_args(corpus, tmp_path / "refused"), "--train-on-dev", "true"])
+
+
 def test_init_from_another_corpus_carries_the_shared_symbols_rows_over(corpus, tmp_path):
     """--init-vocab by-symbol: a model trained on another corpus (another language, with letters and
     phones of its own) starts this one's training. Shared symbols keep their trained embedding and

@@ -6,9 +6,10 @@
 
 Per language (data/sigmorphon-2021/README.md names the files and the models): train its subtask's
 recipe on the train file, early-stopped on the dev file, one run per seed (several seeds export as
-their ensemble); export to a bundle whose lexicon is the train and dev words; quantize, keeping int8
-only where it costs nothing on dev; score dev and test with the task's scorer through the engine
-(greedy and beam 5; the lexicon is never consulted); write models/<name>/1. What is done is kept: a
+their ensemble), or, where a recipe chosen so then says `train_on_dev`, on the train and dev files
+together, each run to the end of its schedule; export to a bundle whose lexicon is the train and dev
+words; quantize, keeping int8 only where it costs nothing on dev; score dev and test with the task's
+scorer through the engine (greedy and beam 5; the lexicon is never consulted); write models/<name>/1. What is done is kept: a
 finished run (its result.json) is not trained again, a finished bundle not exported again, so an
 interrupted run resumes where it stopped; both record their flags (a run its flags.json, a bundle its
 manifest's `task_scores.runs`), so a model whose recipe has changed is built again, and a run trained
@@ -66,6 +67,10 @@ class Recipe:
     seeds: tuple[int, ...]
     cmudict_ipa: bool = False  # eng_us only: CMUdict in the task's IPA as extra training pairs
     alt_flags: tuple[str, ...] = ()  # each seed trained again with these flags too, as more members
+    # The dev pairs train too, once every choice was made on dev without them: each member is its run's last
+    # epoch (dev picks nothing), and the model's dev figures are training figures (the table says so).
+    train_on_dev: bool = False
+    decoding: str = ""  # where dev cannot choose (train_on_dev): the decoding it chose before it trained
 
     def members(self, variant: "Variant") -> list[tuple[int, bool]]:
         """(seed, alt) of each member: the seeds, then (where the variant takes them) the seeds again with alt_flags."""
@@ -167,6 +172,7 @@ class Variant:
     flags: tuple[str, ...] = ()
     outside_data: str = ""  # what else its models learned from (the rules allow nothing), for their manifests
     alt_members: bool = True  # whether its ensembles take the recipe's alt_flags members
+    train_on_dev: bool = True  # whether its members take the recipe's train_on_dev
 
     def run_dir(self, lang: str) -> Path:
         return (self.runs or RUNS) / lang
@@ -186,10 +192,17 @@ def files(lang: str) -> dict[str, Path]:
     return {split: DATA / subtask / f"{lang}_{split}.tsv" for split in ("train", "dev", "test")}
 
 
+TRAIN_ON_DEV = ("--train-on-dev", "true", "--save-last", "true")
+
+
+def trains_on_dev(recipe: Recipe, variant: "Variant") -> bool:
+    return recipe.train_on_dev and variant.train_on_dev
+
+
 def _train_flags(lang: str, seed: int, recipe: Recipe, variant: "Variant", alt: bool) -> list[str]:
     """One member's python -m training.train flags but its files."""
     return ["--seed", str(seed), *recipe.flags, *LANG_FLAGS.get(lang, ((), ""))[0], *variant.flags,
-            *(recipe.alt_flags if alt else ())]
+            *(recipe.alt_flags if alt else ()), *(TRAIN_ON_DEV if trains_on_dev(recipe, variant) else ())]
 
 
 def member_flags(lang: str, seed: int, recipe: Recipe, variant: "Variant" = RULES, alt: bool = False) -> list[str]:
@@ -205,17 +218,19 @@ def run_name(seed: int, alt: bool) -> str:
 
 def train_seed(lang: str, seed: int, recipe: Recipe, variant: Variant = RULES, alt: bool = False) -> Path:
     """One training run (skipped when its result.json exists), with the recipe's alt_flags where `alt`;
-    returns its best checkpoint. A run that records other flags than these is refused, not reused."""
+    returns its checkpoint (best.pt, or last.pt where it trains on dev). A run that records other flags
+    than these is refused, not reused."""
     runs = variant.run_dir(lang)
     run = run_name(seed, alt)
     out = runs / run
+    checkpoint = out / ("last.pt" if trains_on_dev(recipe, variant) else "best.pt")
     flags = member_flags(lang, seed, recipe, variant, alt)
     if (out / "result.json").exists():
         recorded = out / "flags.json"  # runs from before it was written record nothing: taken as they are
         if recorded.exists() and json.loads(recorded.read_text()) != flags:
             raise SystemExit(f"{out} was trained with other flags than {lang}'s recipe now asks ({recorded}): "
                              "move it aside to train this member again")
-        return out / "best.pt"
+        return checkpoint
     f = files(lang)
     argv = [sys.executable, "-m", "training.train", "--corpus", "tsv", "--train-tsv", str(f["train"]),
             "--dev-tsv", str(f["dev"]), "--test-tsv", str(f["test"]), "--out", str(out),
@@ -233,7 +248,7 @@ def train_seed(lang: str, seed: int, recipe: Recipe, variant: Variant = RULES, a
     last = (runs / f"{run}.log").read_text().strip().splitlines()[-1]
     (out / "flags.json").write_text(json.dumps(flags) + "\n")
     (out / "result.json").write_text(last + "\n")
-    return out / "best.pt"
+    return checkpoint
 
 
 def task_wer(bundle: Path, split_file: Path, beam: int, precision: str) -> float:
@@ -333,8 +348,10 @@ def _built_as(manifest: dict, wanted: list[dict]) -> bool:
     done = manifest.get("task_scores", {})
     if "runs" in done:
         return done["runs"] == wanted
-    # Built before models recorded their runs: as many members, and a lone member's seed.
-    if done.get("members") != len(wanted):
+    # Built before models recorded their runs: as many members, trained on dev or not as asked, and a
+    # lone member's seed.
+    on_dev = any(TRAIN_ON_DEV[0] in w["flags"] for w in wanted)
+    if done.get("members") != len(wanted) or on_dev != bool(manifest.get("data", {}).get("train_on_dev")):
         return False
     return len(wanted) > 1 or str(manifest.get("train_config", {}).get("seed")) == wanted[0]["flags"][1]  # --seed N
 

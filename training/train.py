@@ -112,6 +112,9 @@ def load_corpus(args) -> tuple[dict[str, list[Pair]], dict]:
                                                                     desc["tgt_tokens"], held_out)
         if held_out is not None:
             desc["train_targets"] = {**desc["train_targets"], **file_record(args.train_targets)}
+    if args.train_on_dev:  # dev's figures are then training figures: the manifest says so
+        splits["train"] = splits["train"] + splits["dev"]
+        desc["train_on_dev"] = True
     desc["pairs"] = {k: len(v) for k, v in splits.items()}
     desc["words"] = {k: len({p.src for p in v}) for k, v in splits.items()}
     if not splits["train"] or not splits["dev"]:
@@ -327,6 +330,9 @@ def parse_args(argv=None):
                    "other data, whose shared symbols carry their embedding and output rows over")
     p.add_argument("--train-targets", type=Path, help="source<TAB>target file replacing the training pairs: "
                    "a teacher's outputs (python -m training.distill); dev and test keep their references")
+    p.add_argument("--train-on-dev", type=lambda s: s.lower() in ("1", "true", "yes"), default=False,
+                   help="given splits: the dev pairs train too, once every choice was made on dev without them; "
+                   "dev then picks nothing: export last.pt (--save-last true), the end of the schedule")
     for field, default in ModelConfig.__dataclass_fields__.items():
         if field.endswith("vocab_size"):
             continue
@@ -341,6 +347,8 @@ def parse_args(argv=None):
         p.error("given splits need --train-tsv and --dev-tsv (--test-tsv optional)")
     if args.corpus == "cmudict" and any(given + [args.tsv]):
         p.error("--tsv, --train-tsv, --dev-tsv and --test-tsv are for --corpus tsv")
+    if args.train_on_dev and not (args.train_tsv and args.save_last and not args.train_targets):
+        p.error("--train-on-dev is for given splits (--train-tsv, --dev-tsv), with --save-last true and no --train-targets")
     return args
 
 
