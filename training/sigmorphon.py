@@ -269,8 +269,9 @@ def keep_int8_if_free(bundle: Path) -> dict:
     from service.engine.bundle import load_bundle, write_manifest
     from training.quantize import quantize_bundle
 
-    if load_bundle(bundle).manifest["data"].get("train_on_dev"):
-        return load_bundle(bundle).manifest
+    built = load_bundle(bundle).manifest
+    if built["data"].get("train_on_dev"):
+        return built
     manifest = quantize_bundle(bundle)
     fp32, int8 = manifest["metrics"]["dev"]["wer"], manifest["int8"]["metrics"]["dev"]["wer"]
     if int8 <= fp32:
