@@ -201,6 +201,11 @@ def trains_on_dev(recipe: Recipe, variant: "Variant") -> bool:
     return recipe.train_on_dev and variant.train_on_dev
 
 
+def trained_on_dev(manifest: dict) -> bool:
+    """Whether a built model learned from its dev file too (its dev figures are then training figures)."""
+    return bool(manifest.get("data", {}).get("train_on_dev"))
+
+
 def _train_flags(lang: str, seed: int, recipe: Recipe, variant: "Variant", alt: bool) -> list[str]:
     """One member's python -m training.train flags but its files."""
     return ["--seed", str(seed), *recipe.flags, *LANG_FLAGS.get(lang, ((), ""))[0], *variant.flags,
@@ -270,7 +275,7 @@ def keep_int8_if_free(bundle: Path) -> dict:
     from training.quantize import quantize_bundle
 
     built = load_bundle(bundle).manifest
-    if built["data"].get("train_on_dev"):
+    if trained_on_dev(built):
         return built
     manifest = quantize_bundle(bundle)
     fp32, int8 = manifest["metrics"]["dev"]["wer"], manifest["int8"]["metrics"]["dev"]["wer"]
@@ -357,7 +362,7 @@ def _built_as(manifest: dict, wanted: list[dict]) -> bool:
     # Built before models recorded their runs: as many members, trained on dev or not as asked, and a
     # lone member's seed.
     on_dev = any(TRAIN_ON_DEV[0] in w["flags"] for w in wanted)
-    if done.get("members") != len(wanted) or on_dev != bool(manifest.get("data", {}).get("train_on_dev")):
+    if done.get("members") != len(wanted) or on_dev != trained_on_dev(manifest):
         return False
     return len(wanted) > 1 or str(manifest.get("train_config", {}).get("seed")) == wanted[0]["flags"][1]  # --seed N
 

@@ -17,7 +17,7 @@ import unicodedata
 from pathlib import Path
 
 from training.data import read_lines
-from training.sigmorphon import BEAM, LANGS, RULES, files
+from training.sigmorphon import BEAM, LANGS, RULES, files, trained_on_dev
 
 # Marks of length, stress and tone: spacing (ː ˑ ˈ ˌ, the tone letters ˥ ˦ ˧ ˨ ˩) and combining (grave,
 # acute, circumflex, macron, double acute, caron, double grave). Segmental diacritics (the tilde of
@@ -65,7 +65,7 @@ def language(lang: str) -> dict:
     rows = read_lines(files(lang)["dev"])
     hyps = hyps_from_bundle(str(bundle), sorted({s for s, _ in rows}), 256, BEAM, 0.0, precision, texts=True)
     return {"lang": lang, "model": RULES.name(lang), "precision": precision,
-            "trained_on_dev": bool(manifest["data"].get("train_on_dev")), **classify(rows, hyps)}
+            "trained_on_dev": trained_on_dev(manifest), **classify(rows, hyps)}
 
 
 def table(results: list[dict]) -> str:

@@ -29,7 +29,7 @@ def scores(lang: str, variant: Variant = sigmorphon.RULES) -> dict | None:
         return None
     manifest = json.loads(path.read_text(encoding="utf-8"))
     return {**manifest["task_scores"], "parameters": manifest["parameters"],
-            "train_on_dev": bool(manifest["data"].get("train_on_dev")),
+            "train_on_dev": sigmorphon.trained_on_dev(manifest),
             "mb": sum(f.stat().st_size for f in path.parent.iterdir()) / 1e6} if "task_scores" in manifest else None
 
 

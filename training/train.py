@@ -330,7 +330,7 @@ def parse_args(argv=None):
                    "other data, whose shared symbols carry their embedding and output rows over")
     p.add_argument("--train-targets", type=Path, help="source<TAB>target file replacing the training pairs: "
                    "a teacher's outputs (python -m training.distill); dev and test keep their references")
-    p.add_argument("--train-on-dev", type=lambda s: s.lower() in ("1", "true", "yes"), default=False,
+    p.add_argument("--train-on-dev", type=_true, default=False,
                    help="given splits: the dev pairs train too, once every choice was made on dev without them; "
                    "dev then picks nothing: export last.pt (--save-last true), the end of the schedule")
     for field, default in ModelConfig.__dataclass_fields__.items():
@@ -352,10 +352,14 @@ def parse_args(argv=None):
     return args
 
 
+def _true(s: str) -> bool:
+    return s.lower() in ("1", "true", "yes")
+
+
 def _add_field(p: argparse.ArgumentParser, field: str, default):
     flag = "--" + field.replace("_", "-")
     if isinstance(default, bool):
-        p.add_argument(flag, type=lambda s: s.lower() in ("1", "true", "yes"), default=default)
+        p.add_argument(flag, type=_true, default=default)
     else:
         p.add_argument(flag, type=type(default), default=default)
 
