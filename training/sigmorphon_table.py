@@ -206,7 +206,7 @@ file was read once, for each candidate built.
   average if, macro over the ten with beam 5, it beats last.pt by at least 0.5 points. Seeds 1 and 2 as one
   ensemble, trained on each train file less a held-out eighth (`int(md5(source).hexdigest(), 16) % 8 == 0`;
   94-126 words a language) plus dev, scored on the held-out words: last.pt 33.70, the last 10 epochs
-  averaged 33.61, the last 20 33.83. Eight languages equal or within a word; the cosine schedule's tail
+  averaged 33.61, the last 20 33.83: every language equal or one word apart; the cosine schedule's tail
   moves the weights too little for an average to differ from its end. Not kept.
 """
 
