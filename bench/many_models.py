@@ -5,8 +5,9 @@
 Measures, for the whole server: the time from the process's start to health SERVING (every model
 verified, loaded and warmed), and its resident memory (the server and any processes it started)
 with every model loaded; for each model: the unloaded single-word latency, calls one after the other
-over gRPC (its test words, the model itself: lexicon bypassed, no response cache). Writes
-bench/results/many_models.json and .md.
+over gRPC (its test words, the model itself: lexicon bypassed, no response cache), and beside it the
+same words decoded in this process by the same engine alone (no server, no gRPC), once the server has
+stopped: what is the model's and what is the server's. Writes bench/results/many_models.json and .md.
 """
 from __future__ import annotations
 
@@ -66,6 +67,22 @@ def latencies_ms(stub, model: str, words: list[str], calls: int) -> list[float]:
                                                                  options=options), timeout=10), calls)
 
 
+def engine_p50_ms(bundle_dir: Path, precision: str, calls: int) -> float:
+    """A lone word's p50 through the engine alone, as the server's worker decodes it (its EngineConfig
+    but the precision it served, decode_whole): the model's share of the server's p50."""
+    from service.config import EngineConfig
+    from service.domain import DecodeOptions
+    from service.engine.bundle import load_bundle
+    from service.engine.decoding import Work, decode_whole
+    from service.repository.models import warm_engine
+
+    bundle = load_bundle(bundle_dir)
+    engine = warm_engine(bundle, EngineConfig(precision=precision))
+    options, words = DecodeOptions(allow_unknown=True), test_words(bundle)
+    return round(statistics.median(timed_ms(
+        lambda i: decode_whole(engine, [Work(engine.tokenize(words[i % len(words)]), options, None)]), calls)), 3)
+
+
 def measure(repository: Path, calls: int) -> dict:
     import grpc
 
@@ -97,6 +114,8 @@ def measure(repository: Path, calls: int) -> dict:
     finally:
         proc.terminate()
         proc.wait(60)
+    for row in rows:  # with the server gone, so that nothing else shares the cores
+        row["engine_p50_ms"] = engine_p50_ms(repository / row["model"] / row["version"], row["precision"], calls)
     return {"repository": str(repository), "models": len(rows), "startup_s": round(startup_s, 2),
             "rss_mb": round(memory, 1), "echo_p50_ms": echo_ms, "calls_per_model": calls, "per_model": rows,
             "targets": TARGETS}
@@ -114,9 +133,13 @@ def markdown(r: dict) -> str:
              f"{ok(r['rss_mb'], t['rss_mb'])} |",
              f"| a health check's p50: the transport's floor under each p50 below | {r['echo_p50_ms']:.2f} ms | |",
              "",
-             f"| model | precision | p50 ms | p99 ms | p50 <= {t['p50_ms']:g} ms |", "|---|---|---:|---:|---|"]
-    lines += [f"| {m['model']} | {m['precision']} | {m['p50_ms']:.2f} | {m['p99_ms']:.2f} | {ok(m['p50_ms'], t['p50_ms'])} |"
-              for m in r["per_model"]]
+             "The engine alone: the same words decoded one after the other in one process by the model's "
+             "engine, without the server (the server's engine settings, one thread): what of each p50 is the "
+             "model's, and what the server adds (the health check's floor included).", "",
+             f"| model | precision | p50 ms | p99 ms | p50 <= {t['p50_ms']:g} ms | engine alone, p50 ms | server adds, ms |",
+             "|---|---|---:|---:|---|---:|---:|"]
+    lines += [f"| {m['model']} | {m['precision']} | {m['p50_ms']:.2f} | {m['p99_ms']:.2f} | {ok(m['p50_ms'], t['p50_ms'])} "
+              f"| {m['engine_p50_ms']:.2f} | {m['p50_ms'] - m['engine_p50_ms']:.2f} |" for m in r["per_model"]]
     return "\n".join(lines) + "\n"
 
 
