@@ -20,7 +20,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from training.sigmorphon import BEAM, DATA, LANGS  # noqa: E402
+from training.sigmorphon import DATA  # noqa: E402
+from training.sigmorphon_recipes import BEAM, LANGS  # noqa: E402
 from training.sigmorphon_transfer import SUFFIX  # noqa: E402
 
 

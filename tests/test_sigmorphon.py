@@ -9,7 +9,7 @@ import torch
 
 from service.engine.bundle import load_bundle
 from training import evaluate, sigmorphon, sigmorphon_table, sigmorphon_transfer
-from training.sigmorphon import Recipe
+from training.sigmorphon_recipes import COSINE, Recipe
 
 PHONES = {"a": "A", "b": "B", "c": "K", "d": "D", "e": "E", "f": "F"}
 
@@ -25,7 +25,7 @@ def task(tmp_path, monkeypatch):
     langs = {"tiny": ("low", "g2p-tiny", 20.0)}
     recipe = Recipe(("--hidden-size", "16", "--enc-layers", "1", "--emb-dim", "8", "--batch-size", "64",
                      "--max-epochs", "2", "--lr", "0.01", "--dropout", "0.0", "--max-output-len", "12",
-                     *sigmorphon.COSINE), seeds=(1, 2))
+                     *COSINE), seeds=(1, 2))
     for module in (sigmorphon, sigmorphon_table):
         monkeypatch.setattr(module, "LANGS", langs)
     monkeypatch.setattr(sigmorphon, "MODELS", tmp_path / "models")

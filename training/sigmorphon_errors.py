@@ -17,7 +17,8 @@ import unicodedata
 from pathlib import Path
 
 from training.data import read_lines
-from training.sigmorphon import BEAM, LANGS, RULES, files, trained_on_dev
+from training.sigmorphon import RULES, files, trained_on_dev
+from training.sigmorphon_recipes import BEAM, LANGS
 
 # Marks of length, stress and tone: spacing (ː ˑ ˈ ˌ, the tone letters ˥ ˦ ˧ ˨ ˩) and combining (grave,
 # acute, circumflex, macron, double acute, caron, double grave). Segmental diacritics (the tilde of

@@ -6,7 +6,8 @@ import json
 from pathlib import Path
 
 from training import sigmorphon
-from training.sigmorphon import BASELINE_MACRO, BEAM, LANG_FLAGS, LANG_SEEDS, LANGS, RECIPES, SUBTASKS, TARGETS, Variant
+from training.sigmorphon import Variant
+from training.sigmorphon_recipes import BASELINE_MACRO, BEAM, LANG_FLAGS, LANG_SEEDS, LANGS, RECIPES, SUBTASKS, TARGETS
 
 HEADER = """# SIGMORPHON 2021 Task 1 (multilingual G2P): our models on the task's own splits
 
@@ -88,7 +89,7 @@ def subtask_lines(subtask: str, variant: Variant = sigmorphon.RULES, title: str 
 
 
 def recipe_lines() -> list[str]:
-    lines = ["## Recipes", "", "Each subtask's `python -m training.train` flags (training/sigmorphon.py RECIPES); several "
+    lines = ["## Recipes", "", "Each subtask's `python -m training.train` flags (training/sigmorphon_recipes.py RECIPES); several "
              "seeds are exported as their ensemble (a model's `members`); each manifest keeps its own train_config.", ""]
     for subtask in SUBTASKS:
         r = RECIPES[subtask]
@@ -102,11 +103,11 @@ def recipe_lines() -> list[str]:
     lines.append(f"- **low, pretrained** (its own row; training/sigmorphon_transfer.py): one model pretrained with "
                  f"`{' '.join(PRETRAIN_FLAGS)}`, then the low recipe's seeds (not its alt_flags members) from it with `--init-from`, "
                  f"`--init-vocab by-symbol` and `--output context` (made before the low recipe's monotonic output)")
-    lines += ["", "A language's own flags beside its subtask's (training/sigmorphon.py LANG_FLAGS): "
+    lines += ["", "A language's own flags beside its subtask's (training/sigmorphon_recipes.py LANG_FLAGS): "
               + "; ".join(f"`{lang}` `{' '.join(flags)}` ({why})" for lang, (flags, why) in sorted(LANG_FLAGS.items()))
               + "."]
     if LANG_SEEDS:
-        lines += ["", "A language's own seeds in place of its subtask's (training/sigmorphon.py LANG_SEEDS; several are one ensemble): "
+        lines += ["", "A language's own seeds in place of its subtask's (training/sigmorphon_recipes.py LANG_SEEDS; several are one ensemble): "
                   + "; ".join(f"`{lang}` seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))} ({why})"
                               for lang, (seeds, why) in sorted(LANG_SEEDS.items())) + "."]
     return lines + [""]

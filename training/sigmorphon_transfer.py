@@ -27,6 +27,7 @@ from pathlib import Path
 
 from training import sigmorphon
 from training.data import REPO, read_lines
+from training.sigmorphon_recipes import COSINE
 
 RUNS = REPO / "runs" / "sigmorphon-transfer"
 MODELS = REPO / "models-transfer"
@@ -39,7 +40,7 @@ OUTSIDE_DATA = ("each member continued from one model pretrained on the train fi
 # larger batches and fewer epochs for 80,000 words.
 PRETRAIN_FLAGS = ("--hidden-size", "128", "--enc-layers", "1", "--emb-dim", "64", "--dropout", "0.3",
                   "--batch-size", "64", "--lr", "3e-3", "--warmup-steps", "300", "--max-epochs", "25",
-                  "--max-output-len", "40", "--max-minutes", "35", *sigmorphon.COSINE)
+                  "--max-output-len", "40", "--max-minutes", "35", *COSINE)
 
 
 def low_langs() -> list[str]:
