@@ -82,6 +82,17 @@ def test_a_language_is_trained_exported_scored_and_tabled_and_resumes_without_tr
         sigmorphon.build("tiny")
 
 
+def test_a_model_built_before_its_runs_were_recorded_is_built_again_when_a_flag_changes():
+    # Such a manifest records no runs, only the settings it was trained with: a changed flag shows there.
+    manifest = {"task_scores": {"members": 1}, "data": {},
+                "model_config": {"enc_layers": 1, "hidden_size": 16}, "train_config": {"seed": 1, "max_epochs": 60}}
+    flags = ["--seed", "1", "--hidden-size", "16", "--enc-layers", "1", "--max-epochs", "60"]
+    assert sigmorphon._built_as(manifest, [{"run": "seed1", "flags": flags}])
+    assert not sigmorphon._built_as(manifest, [{"run": "seed1", "flags": [*flags, "--enc-layers", "2"]}])
+    assert not sigmorphon._built_as(manifest, [{"run": "seed1", "flags": [*flags, "--max-epochs", "25"]}])
+    assert not sigmorphon._built_as(manifest, [{"run": "seed2", "flags": ["--seed", "2", *flags[2:]]}])
+
+
 def test_a_recipes_alt_flags_train_each_seed_again_as_more_members(task, monkeypatch):
     recipe = sigmorphon.RECIPES["low"]
     six = Recipe(recipe.flags, seeds=(1,), alt_flags=("--dropout", "0.3"))
