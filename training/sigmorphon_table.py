@@ -179,7 +179,9 @@ file was read once, for each candidate built.
   not kept. Later on `kor` (jamo sources, the monotonic output, seed 2): 20.4 against 19.1, not kept. On
   2026-12-04 (each run to the end of its schedule, under the same rule): `bul` 7.0 against 7.4, kept (LANG_FLAGS;
   its test figure, read once: 15.2 against 17.4; served int8, dev 7.1); `jpn_hira` (25 epochs) 6.8 against 6.4,
-  not kept. Not yet run on the other five.
+  not kept. Later that day (a new session, its rule written before): `arm_e` (its monotonic output) 5.1 against
+  5.0, and `dut` (25 epochs, its two seeds as one ensemble) 10.9 against 10.3 (seeds 1 and 2 alone 10.7 each),
+  neither kept; not run on `geo`, `hun` and `vie_hanoi`, within half a point of their baselines or ahead.
 - **medium, the soft-attention model and the monotonic one as one ensemble** (training/ensemble.py: the
   monotonic member alone keeps an alignment state), each member run to the end of its 60 epochs, on two of
   the three medium languages more than 1 point behind (the third, `hbs_latn`, has a 2-layer encoder, which
