@@ -244,22 +244,25 @@ def _built_as(manifest: dict, wanted: list[dict]) -> bool:
     done = manifest.get("task_scores", {})
     if "runs" in done:
         return done["runs"] == wanted
-    # Built before models recorded their runs: as many members, trained on dev or not as asked, and a
-    # lone member's seed.
+    # Built before models recorded their runs: as many members, trained on dev or not as asked, and the
+    # settings it records (a lone member's seed among them).
     on_dev = any(TRAIN_ON_DEV[0] in w["flags"] for w in wanted)
-    if done.get("members") != len(wanted) or on_dev != trained_on_dev(manifest) or not _configured_as(manifest, wanted[0]):
+    if done.get("members") != len(wanted) or on_dev != trained_on_dev(manifest):
         return False
-    return len(wanted) > 1 or str(manifest.get("train_config", {}).get("seed")) == wanted[0]["flags"][1]  # --seed N
+    return _configured_as(manifest, wanted[0], with_seed=len(wanted) == 1)
 
 
-def _configured_as(manifest: dict, member: dict) -> bool:
-    """Whether the model and training settings a manifest records are those the member's flags give (its seed
-    aside: an ensemble's manifest records one member's), so that a changed flag is noticed without `runs`."""
+def _configured_as(manifest: dict, member: dict, with_seed: bool) -> bool:
+    """Whether the model and training settings a manifest records are those the member's flags give, so that
+    a changed flag is noticed without `runs`; the seed only `with_seed` (an ensemble's manifest records one
+    member's)."""
     from training.train import parse_args
 
     flags = [f for f in member["flags"] if not f.startswith("+")]  # markers such as +cmudict_ipa are not flags
     args = vars(parse_args(["--corpus", "tsv", "--train-tsv", "-", "--dev-tsv", "-", "--out", "-", *flags]))
     recorded = {**manifest.get("model_config", {}), **manifest.get("train_config", {})}
+    if with_seed and recorded.get("seed") != args["seed"]:
+        return False
     return all(args[k] == v for k, v in recorded.items() if k in args and k != "seed")
 
 

@@ -83,8 +83,8 @@ RECIPES = {
 # prints both. Korean: a Hangul syllable is two or three jamo (letters); trained on whole syllables, a
 # test word with a syllable no training word has cannot be read at all, so its sources are decomposed
 # (NFD) and the model reads the letters. Dutch, Japanese and Georgian keep the medium recipe's earlier
-# schedule (25 epochs, 9 minutes). Serbo-Croatian and Bulgarian: a 2-layer encoder. Korean, Dutch, Armenian, Vietnamese,
-# Georgian and Hungarian: the monotonic output too.
+# schedule (25 epochs, 9 minutes). Serbo-Croatian and Bulgarian: a 2-layer encoder. Korean, Dutch,
+# Armenian, Vietnamese, Georgian and Hungarian: the monotonic output too.
 SHORT_MEDIUM = (("--max-epochs", "25", "--max-minutes", "9"),
                 "the earlier, shorter schedule: better on its dev than 60 epochs")
 # The monotonic output, run to the end of its schedule (the budget lifted: each was chosen on its full run).
