@@ -150,7 +150,7 @@ def classify(outcomes, words: list[str]) -> dict:
     unanswered = sum(n for code, n in counts.items() if code == "DEADLINE_EXCEEDED" or not code.isupper())
     return {"sent": len(outcomes), "ok": ok, "refused_unavailable": refused,
             "lost": len(outcomes) - ok - refused, "unanswered": unanswered, "codes": counts,
-            "details": {k: v for k, v in details.items() if k != "UNAVAILABLE"}}
+            "details": details}
 
 
 async def sigterm_mid_burst(address: str, metrics_port: int, container: str, burst_size: int,
@@ -374,7 +374,7 @@ def print_summary(s: dict) -> None:
                      f"{b['burst']['lost']}; late calls {late_codes}, unanswered "
                      f"{b['late_calls_after_sigterm']['unanswered']}; exit code {b['exit_code']} after "
                      f"{b['sigterm_to_exit_s']} s" + ("" if b["drained"] or not b["drain_required"]
-                                                       else " (in-flight calls refused, not drained)"))
+                                                       else f" (burst calls refused, not drained: {b['burst']['details']})"))
     if "error" in s:
         lines.append(f"ERROR  {s['error']}")
     lines.append(f"{'OK' if s['ok'] else 'FAILED'} in {s.get('total_s')} s; summary in "

@@ -47,7 +47,12 @@ def grpc_options(cfg: ServerConfig) -> list[tuple[str, int]]:
                ("grpc.server.max_pending_requests_hard_limit", cfg.max_pending_calls_hard),
                ("grpc.server_max_unrequested_time_in_server", cfg.max_pending_age_s)]
     if cfg.max_streams_per_connection > 0:
-        options.append(("grpc.max_concurrent_streams", cfg.max_streams_per_connection))
+        # Counted as HTTP/2 counts them (open streams), not as gRPC core does by default (streams not
+        # yet freed by this process, which lag behind the answers when the event loop is busy): else a
+        # client that keeps under the advertised limit is still refused now and then (REFUSED_STREAM,
+        # UNAVAILABLE). Calls the process holds are bounded by max_inflight_calls instead.
+        options += [("grpc.max_concurrent_streams", cfg.max_streams_per_connection),
+                    ("grpc.http.overload_protection", 0)]
     if cfg.max_connection_age_s > 0:
         options += [("grpc.max_connection_age_ms", round(cfg.max_connection_age_s * 1000)),
                     ("grpc.max_connection_age_grace_ms", round(cfg.max_connection_age_grace_s * 1000))]
