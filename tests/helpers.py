@@ -5,6 +5,7 @@ serve-only venv. Test-only helpers (certificates, bundles, in-process servers) a
 """
 from __future__ import annotations
 
+import asyncio
 import socket
 import subprocess
 import time
@@ -43,3 +44,14 @@ def wait_serving(address: str, timeout_s: float = 120, proc: subprocess.Popen | 
                 pass
             time.sleep(poll_s)
     raise TimeoutError(f"{address} not SERVING after {timeout_s} s")
+
+
+async def until_counted(count, n: int, calls: list[asyncio.Future], timeout_s: float = 60) -> None:
+    """Until count() (the server's metrics, read in a thread) reaches n, or one of `calls` has failed
+    (the test then reports it): a poll, the deadline bounds a hang."""
+    deadline = time.monotonic() + timeout_s
+    while await asyncio.to_thread(count) < n:
+        if any(c.done() and c.exception() is not None for c in calls):
+            return
+        assert time.monotonic() < deadline, f"the burst never reached the server in {timeout_s} s"
+        await asyncio.sleep(0.01)

@@ -12,7 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from attnserve.v1 import attnserve_pb2 as pb, attnserve_pb2_grpc as pbg
 from inference import grpc_service_pb2 as kpb, grpc_service_pb2_grpc as kpbg
 from scripts.container_check import received  # the one count of calls a server has taken in
-from tests.helpers import free_port, wait_serving
+from tests.helpers import free_port, until_counted, wait_serving
 from tests.live import release, spawn_server, terminate
 
 WORDS = ["internationalization", "characteristically", "photosynthesis", "counterproductive",
@@ -45,17 +45,6 @@ async def code_of_health(address: str) -> grpc.StatusCode:
         except grpc.aio.AioRpcError as e:
             return e.code()
     return grpc.StatusCode.OK
-
-
-async def until_counted(count, n: int, calls: list[asyncio.Future], timeout_s: float = 60) -> None:
-    """Until count() (the server's metrics, read in a thread) reaches n, or one of `calls` has failed
-    (the test then reports it): a poll, the deadline bounds a hang."""
-    deadline = time.monotonic() + timeout_s
-    while await asyncio.to_thread(count) < n:
-        if any(c.done() and c.exception() is not None for c in calls):
-            return
-        assert time.monotonic() < deadline, f"the burst never reached the server in {timeout_s} s"
-        await asyncio.sleep(0.01)
 
 
 # gRPC's backlog sheds calls it has held a second (--max-pending-age-s, CANCELLED): a burst on a busy
