@@ -155,13 +155,11 @@ def task_wer(bundle: Path, split_file: Path, beam: int, precision: str) -> float
 
 def keep_int8_if_free(bundle: Path) -> dict:
     """Quantize; keep the int8 graphs only where their dev WER is no worse than fp32's. A model that trained
-    on dev has no held-out words to show that, so it stays fp32."""
+    on dev takes the same check, on words it learned: on words held out from such models (four medium
+    languages), int8's WER equalled fp32's on every one (docs/sigmorphon.md, Tried)."""
     from service.engine.bundle import load_bundle, write_manifest
     from training.quantize import quantize_bundle
 
-    built = load_bundle(bundle).manifest
-    if trained_on_dev(built):
-        return built
     manifest = quantize_bundle(bundle)
     fp32, int8 = manifest["metrics"]["dev"]["wer"], manifest["int8"]["metrics"]["dev"]["wer"]
     if int8 <= fp32:
