@@ -112,3 +112,26 @@ def test_a_stacked_ensemble_gives_a_word_one_answer_alone_or_in_a_batch(stacked_
         assert alone.output_ids == together.output_ids, word
         assert abs(alone.score - together.score) <= 1e-4, word
         np.testing.assert_allclose(alone.attn, together.attn, atol=1e-5)
+
+
+def test_a_stacked_ensembles_int8_step_takes_each_members_product_on_its_own_weights(stacked_bundles, tmp_path):
+    """Per-row int8 of a stacked step: one product per member on a 2-D weight (a batched 3-D weight is read
+    whole at every call), and still one answer per word alone or in a batch."""
+    import shutil
+
+    from training.quantize import quantize_bundle
+
+    tmp, _ = stacked_bundles
+    path = tmp_path / "ens3" / "1"
+    shutil.copytree(tmp / "ens3" / "1", path)
+    manifest = quantize_bundle(path)
+    step = onnx.load(path / manifest["graphs"]["decoder_step.int8"])
+    weights = {t.name: list(t.dims) for t in step.graph.initializer}
+    products = [n for n in step.graph.node if n.op_type == "MatMulIntegerToFloat"]
+    assert len(products) >= 3 and all(len(weights[n.input[1]]) == 2 for n in products)
+    assert not any(n.op_type == "MatMul" and len(weights.get(n.input[1], ())) == 3 and weights[n.input[1]][-1] >= 64
+                   for n in step.graph.node)  # narrower products stay fp32 (rowwise_int8.MIN_COLUMNS)
+    assert manifest["int8"]["batch_independence"]["independent"] is True
+    fp32, int8 = (Engine(load_bundle(path), EngineConfig(max_output_len=16, precision=p)) for p in ("fp32", "int8"))
+    words = [list(w) for w in ("knight", "phoenix", "exit", "a", "onomatopoeia", "rhythm", "queue", "x")]
+    assert sum(a.output_ids == b.output_ids for a, b in zip(fp32.decode(words), int8.decode(words))) >= 6

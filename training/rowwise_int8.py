@@ -13,7 +13,8 @@ with a scale of its own, so a row's result is the same alone or in any batch:
 The LSTM op has no per-row form, so each LSTM becomes its cell written out: the input
 projection of every step at once (x W^T, one row per position), then, through a Scan over the
 steps (or inline in a one-step decoder graph), h R^T per row, the gates and the new state.
-MatMul and Gemm nodes with constant weights are quantized the same way; anything else stays fp32.
+MatMul and Gemm nodes with constant weights are quantized the same way, a stacked ensemble's batched
+products one member at a time; anything else stays fp32.
 """
 from __future__ import annotations
 
@@ -73,6 +74,25 @@ def quantize_weight(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return q.astype(np.uint8), scale.astype(np.float32)
 
 
+def _quantized_rows(g: _Graph, c: dict, x: str, bounded: bool) -> tuple[str, str, str | None]:
+    """(q, a_scale, s): x (..., K) as uint8 with zero point 128, the scale MatMulIntegerToFloat takes, and
+    each row's own scale (..., 1) to multiply its products by (None where a_scale is the row's scale)."""
+    if bounded:
+        return g.op("QuantizeLinear", [x, c["inv127"], c["zp128"]]), c["inv127"], None
+    row_max = g.op("ReduceMax", [g.op("Abs", [x])], axes=[-1], keepdims=1) if g.opset < 18 else \
+        g.op("ReduceMax", [g.op("Abs", [x]), g.const("last_axis", np.array([-1], np.int64))], keepdims=1)
+    s = g.op("Mul", [g.op("Max", [row_max, c["tiny"]]), c["inv127"]])  # (..., 1) the row's scale
+    # x / s lies in [-127, 127]; + 128.5 and the cast's truncation round it to [1, 255]
+    q = g.op("Cast", [g.op("Add", [g.op("Div", [x, s]), c["f128_5"]])], to=TensorProto.UINT8)
+    return q, c["one"], s
+
+
+def _scaled(g: _Graph, acc: str, s: str | None, out: str | None) -> str:
+    if s is None:
+        return g.op("Identity", [acc], [out]) if out else acc
+    return g.op("Mul", [acc, s], [out] if out else None)  # acc is in units of the row's scale
+
+
 def rowwise_matmul(g: _Graph, c: dict, x: str, weight: np.ndarray, out: str | None = None,
                    bounded: bool = False) -> str:
     """x (..., K) @ weight (K, N), x quantized per row.
@@ -81,19 +101,30 @@ def rowwise_matmul(g: _Graph, c: dict, x: str, weight: np.ndarray, out: str | No
     folded into the weights' scales, which saves computing one per row.
     """
     w_q, w_scale = quantize_weight(weight)
-    w_q_name = g.const("w_uint8", w_q)
-    if bounded:
-        q = g.op("QuantizeLinear", [x, c["inv127"], c["zp128"]])
-        return g.op("MatMulIntegerToFloat", [q, w_q_name, c["inv127"], g.const("w_scale", w_scale), c["zp128"],
-                                             c["zp128"]], [out] if out else None, domain="com.microsoft")
-    row_max = g.op("ReduceMax", [g.op("Abs", [x])], axes=[-1], keepdims=1) if g.opset < 18 else \
-        g.op("ReduceMax", [g.op("Abs", [x]), g.const("last_axis", np.array([-1], np.int64))], keepdims=1)
-    s = g.op("Mul", [g.op("Max", [row_max, c["tiny"]]), c["inv127"]])  # (..., 1) the row's scale
-    # x / s lies in [-127, 127]; + 128.5 and the cast's truncation round it to [1, 255]
-    q = g.op("Cast", [g.op("Add", [g.op("Div", [x, s]), c["f128_5"]])], to=TensorProto.UINT8)
-    acc = g.op("MatMulIntegerToFloat", [q, w_q_name, c["one"], g.const("w_scale", w_scale), c["zp128"], c["zp128"]],
-               domain="com.microsoft")  # (..., N) in units of the row's scale
-    return g.op("Mul", [acc, s], [out] if out else None)
+    q, a_scale, s = _quantized_rows(g, c, x, bounded)
+    acc = g.op("MatMulIntegerToFloat", [q, g.const("w_uint8", w_q), a_scale, g.const("w_scale", w_scale), c["zp128"],
+                                        c["zp128"]], [out] if out and s is None else None, domain="com.microsoft")
+    return acc if s is None else _scaled(g, acc, s, out)
+
+
+def member_matmul(g: _Graph, c: dict, x: str, weight: np.ndarray, out: str, bounded: bool = False) -> str:
+    """x (M, ..., K) @ weight (M, 1, ..., 1, K, N): the members of a stacked ensemble (training/stacked.py),
+    each its own product. One product per member, on a 2-D weight: onnxruntime lays a constant 2-D weight
+    out for its kernel once, at load, but reads a batched one whole at every call, and the members' fp32
+    weights together outgrow the core's cache where a lone word's step is all reading weights.
+    x is quantized per row once, for every member."""
+    M, (K, N) = weight.shape[0], weight.shape[-2:]
+    q, a_scale, s = _quantized_rows(g, c, x, bounded)
+    parts = [g.name(f"member{m}") for m in range(M)]
+    g.op("Split", [q], parts, axis=0, **({"num_outputs": M} if g.opset >= 18 else {}))
+    products = []
+    for m, part in enumerate(parts):
+        w_q, w_scale = quantize_weight(weight[m].reshape(K, N))
+        products.append(g.op("MatMulIntegerToFloat", [part, g.const("w_uint8", w_q), a_scale,
+                                                      g.const("w_scale", w_scale), c["zp128"], c["zp128"]],
+                             domain="com.microsoft"))
+    acc = g.op("Concat", products, [out] if s is None else None, axis=0)
+    return acc if s is None else _scaled(g, acc, s, out)
 
 
 def _lstm_cell(g: _Graph, gates: str, c_prev: str) -> tuple[str, str]:
@@ -256,6 +287,24 @@ def _topological(nodes: list, graph_inputs: set) -> list:
     return out
 
 
+def _ranks(model: onnx.ModelProto) -> dict:
+    """The rank of each tensor of the graph that shape inference can tell."""
+    inferred = onnx.shape_inference.infer_shapes(model).graph
+    return {v.name: len(v.type.tensor_type.shape.dim) for v in (*inferred.input, *inferred.value_info,
+                                                               *inferred.output)
+            if v.type.tensor_type.HasField("shape")}
+
+
+def _members(node: onnx.NodeProto, inits: dict, ranks: dict) -> bool:
+    """Whether a MatMul is a stacked ensemble's product: a constant weight (M, 1, ..., 1, K, N), M > 1, read
+    by an input of its rank (M, ..., K), so that member m's rows meet member m's weight only."""
+    if node.input[1] not in inits:
+        return False
+    dims = list(inits[node.input[1]].dims)
+    return len(dims) >= 3 and dims[0] > 1 and all(d == 1 for d in dims[1:-2]) and dims[-1] >= MIN_COLUMNS \
+        and ranks.get(node.input[0]) == len(dims)
+
+
 def _rewrite_gemm(g: _Graph, c: dict, node: onnx.NodeProto, inits: dict, bounded: set) -> bool:
     attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
     if node.input[1] not in inits or attrs.get("transA", 0) or attrs.get("alpha", 1.0) != 1.0 \
@@ -273,11 +322,12 @@ def _rewrite_gemm(g: _Graph, c: dict, node: onnx.NodeProto, inits: dict, bounded
     return True
 
 
-def quantize_rowwise(model: onnx.ModelProto, one_step_lstm: bool) -> onnx.ModelProto:
-    """The model with its LSTM, and its MatMul/Gemm nodes that have constant weights, in per-row int8.
+def quantize_rowwise(model: onnx.ModelProto, one_step_lstm: bool, scan_lstms: bool = False) -> onnx.ModelProto:
+    """The model with its MatMul/Gemm nodes that have constant weights, and its LSTMs, in per-row int8.
 
-    one_step_lstm: the graph is a decoder step (each LSTM runs one step, written inline); else
-    each LSTM runs a Scan over its sequence.
+    one_step_lstm: the graph is a decoder step (each LSTM runs one step, written inline). Else each
+    LSTM runs over its sequence: in a Scan of its cell written out where scan_lstms, else it stays
+    onnxruntime's fp32 LSTM op, which ran faster than that Scan here, alone and in batches.
     """
     model = onnx.ModelProto.FromString(model.SerializeToString())
     graph = model.graph
@@ -288,9 +338,13 @@ def quantize_rowwise(model: onnx.ModelProto, one_step_lstm: bool) -> onnx.ModelP
     g = _Graph("int8", opset)
     c = _shared_constants(g)
     bounded = bounded_tensors(graph)
+    ranks = _ranks(model)
     groups = {id(group[-1]): group for group in _independent_groups(graph)}  # emitted at their last node
     for node in graph.node:
         if node.op_type == "LSTM":
+            if not (one_step_lstm or scan_lstms):
+                g.nodes.append(node)
+                continue
             group = groups.get(id(node), []) if not one_step_lstm else [node]
             lstms = [_take_apart(g, c, n, inits) for n in group]
             for lstm in lstms if one_step_lstm else ():
@@ -301,6 +355,9 @@ def quantize_rowwise(model: onnx.ModelProto, one_step_lstm: bool) -> onnx.ModelP
                 and inits[node.input[1]].dims[1] >= MIN_COLUMNS:
             rowwise_matmul(g, c, node.input[0], numpy_helper.to_array(inits[node.input[1]]), node.output[0],
                            bounded=node.input[0] in bounded)
+        elif node.op_type == "MatMul" and _members(node, inits, ranks):
+            member_matmul(g, c, node.input[0], numpy_helper.to_array(inits[node.input[1]]), node.output[0],
+                          bounded=node.input[0] in bounded)
         elif not (node.op_type == "Gemm" and _rewrite_gemm(g, c, node, inits, bounded)):
             g.nodes.append(node)
     used = {i for n in g.nodes for i in n.input} | {o.name for o in graph.output}

@@ -155,8 +155,11 @@ file was read once, for each candidate built.
 - **low, int8 for the stacked decoder's products** (a scale per member and output column, the activations per
   row), to bring a lone word nearer 3 ms: on `g2p-ady`, dev unchanged, a lone word 2-5% sooner with the int8
   encoder (a Scan, slower than fp32's LSTM for one word) and 9-11% sooner with the fp32 encoder kept, in-process
-  on one thread. Far from the 3 ms target either way (in a profile the step's other nodes cost more than its products), so
-  not built into `make quantize`.
+  on one thread: the members' products were still one batched product over a 3-D weight. Shipped later in
+  another form (2026-12-04): a product per member on a 2-D weight, which onnxruntime lays out once at load
+  (a batched weight it reads whole at each call, and the six members' fp32 weights outgrow the core's cache),
+  the encoder's LSTMs fp32 (`make quantize`'s method now, training/rowwise_int8.py). A lone `g2p-ady` word
+  through the engine 2.8 ms fp32, 1.8 int8; every low model passed int8's dev check and is served int8.
 - **medium, two seeds** as one ensemble (the full schedule, seeds 1 and 2), on `kor`: 20.4 with beam 5 against
   20.7 for seed 1 alone and 20.3 for the shipped model. No gain, so not run on the others. On 2026-12-03 again
   with `kor`'s monotonic output and jamo sources: seed 2 alone 19.1, seeds 1 and 2 as one ensemble 19.5, seed 1
@@ -205,7 +208,7 @@ file was read once, for each candidate built.
   Seed 1 alone: 31.89 against 33.89 (greedy 31.80 against 35.32). Seeds 1 and 2 as one ensemble: 31.39
   against 32.41 (greedy 31.17 against 32.96), better by 1.02, so kept (the low recipe). By language, with
   beam 5: `gre` -3.0, `slv` -4.1, `wel_sw` -2.1, `lav` -2.0, `rum` -1.0, `ady` +0.9, `khm` +1.1, the rest
-  equal. Served fp32: built before models trained on dev took int8's dev check (below).
+  equal. Served fp32 at first (built before models trained on dev took int8's dev check, below), int8 since.
 - **medium, on the train and dev files together** (`train_on_dev`, as the low recipe: each member its
   run's last epoch, run to the end of its schedule), against the recipe as it was, on the train file alone,
   early-stopped on dev. Asked on a held-out eighth of each train file (`int(md5(source).hexdigest(), 16) %
@@ -221,7 +224,7 @@ file was read once, for each candidate built.
   with beam 5 is within 0.1 points of fp32's and the dev check passes on none where int8 is worse held
   out. Held out, int8 equalled fp32 on all four (`dut` 12.50, `jpn_hira` 7.82, `fre` 7.62, `kor`
   21.68); on dev 0.030 against 0.029, 0.043 both, 0.024 against 0.025, 0.007 both. Adopted: such models
-  now take the same check as the others (the medium models; the low ones were built before).
+  now take the same check as the others (the medium models, then the low ones).
 - **low, checkpoint averaging** (each member the mean of its epoch-end weights over the last 10 or 20 of
   its 60 epochs, in place of its last epoch), under a rule written before any figure: adopt the better
   average if, macro over the ten with beam 5, it beats last.pt by at least 0.5 points. Seeds 1 and 2 as one
