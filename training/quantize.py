@@ -5,9 +5,10 @@
 The default method (training/rowwise_int8.py) stores weights as int8 and quantizes each row of
 each activation with a scale of its own, so a word's output and score are the same alone or in
 any batch. The encoder's LSTMs stay onnxruntime's fp32 op: their int8 form, each cell written out per
-row in a Scan over the steps (`--method rowwise-scan`, kept for comparison), ran slower here on every
-shipped model measured, alone and 64 words to a call. `--method dynamic` is onnxruntime's dynamic quantization (one activation scale over the
-whole batch), kept for comparison: faster, but a word's answer moves with its neighbours.
+row in a Scan over the steps (`--method rowwise-scan`, kept for comparison), ran slower here 64 words
+to a call on every shipped model measured, and alone on all but the widest (g2p-en's). `--method
+dynamic` is onnxruntime's dynamic quantization (one activation scale over the whole batch), kept for
+comparison: faster, but a word's answer moves with its neighbours.
 The int8 graphs are evaluated on the same dev/test words as fp32 (WER/PER into the manifest), and
 checked for batch independence: dev words decoded alone and 64 to a call, in a shuffled order,
 greedy and beam, outputs compared and scores held to SCORE_TOLERANCE. Then both precisions are timed

@@ -327,7 +327,7 @@ def quantize_rowwise(model: onnx.ModelProto, one_step_lstm: bool, scan_lstms: bo
 
     one_step_lstm: the graph is a decoder step (each LSTM runs one step, written inline). Else each
     LSTM runs over its sequence: in a Scan of its cell written out where scan_lstms, else it stays
-    onnxruntime's fp32 LSTM op, which ran faster than that Scan here, alone and in batches.
+    onnxruntime's fp32 LSTM op, which ran faster than that Scan here in batches (alone too, but for g2p-en's).
     """
     model = onnx.ModelProto.FromString(model.SerializeToString())
     graph = model.graph
