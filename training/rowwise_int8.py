@@ -87,12 +87,6 @@ def _quantized_rows(g: _Graph, c: dict, x: str, bounded: bool) -> tuple[str, str
     return q, c["one"], s
 
 
-def _scaled(g: _Graph, acc: str, s: str | None, out: str | None) -> str:
-    if s is None:
-        return g.op("Identity", [acc], [out]) if out else acc
-    return g.op("Mul", [acc, s], [out] if out else None)  # acc is in units of the row's scale
-
-
 def rowwise_matmul(g: _Graph, c: dict, x: str, weight: np.ndarray, out: str | None = None,
                    bounded: bool = False) -> str:
     """x (..., K) @ weight (K, N), x quantized per row.
@@ -104,7 +98,7 @@ def rowwise_matmul(g: _Graph, c: dict, x: str, weight: np.ndarray, out: str | No
     q, a_scale, s = _quantized_rows(g, c, x, bounded)
     acc = g.op("MatMulIntegerToFloat", [q, g.const("w_uint8", w_q), a_scale, g.const("w_scale", w_scale), c["zp128"],
                                         c["zp128"]], [out] if out and s is None else None, domain="com.microsoft")
-    return acc if s is None else _scaled(g, acc, s, out)
+    return acc if s is None else g.op("Mul", [acc, s], [out] if out else None)  # acc: in units of the row's scale
 
 
 def member_matmul(g: _Graph, c: dict, x: str, weight: np.ndarray, out: str, bounded: bool = False) -> str:
@@ -124,7 +118,7 @@ def member_matmul(g: _Graph, c: dict, x: str, weight: np.ndarray, out: str, boun
                                                       g.const("w_scale", w_scale), c["zp128"], c["zp128"]],
                              domain="com.microsoft"))
     acc = g.op("Concat", products, [out] if s is None else None, axis=0)
-    return acc if s is None else _scaled(g, acc, s, out)
+    return acc if s is None else g.op("Mul", [acc, s], [out])
 
 
 def _lstm_cell(g: _Graph, gates: str, c_prev: str) -> tuple[str, str]:
@@ -287,22 +281,22 @@ def _topological(nodes: list, graph_inputs: set) -> list:
     return out
 
 
-def _ranks(model: onnx.ModelProto) -> dict:
-    """The rank of each tensor of the graph that shape inference can tell."""
+def _shapes(model: onnx.ModelProto) -> dict:
+    """The shape of each tensor of the graph that shape inference can tell (None for a dim it cannot)."""
     inferred = onnx.shape_inference.infer_shapes(model).graph
-    return {v.name: len(v.type.tensor_type.shape.dim) for v in (*inferred.input, *inferred.value_info,
-                                                               *inferred.output)
-            if v.type.tensor_type.HasField("shape")}
+    return {v.name: [d.dim_value if d.HasField("dim_value") else None for d in v.type.tensor_type.shape.dim]
+            for v in (*inferred.input, *inferred.value_info, *inferred.output) if v.type.tensor_type.HasField("shape")}
 
 
-def _members(node: onnx.NodeProto, inits: dict, ranks: dict) -> bool:
+def _members(node: onnx.NodeProto, inits: dict, shapes: dict) -> bool:
     """Whether a MatMul is a stacked ensemble's product: a constant weight (M, 1, ..., 1, K, N), M > 1, read
-    by an input of its rank (M, ..., K), so that member m's rows meet member m's weight only."""
+    by an input of its rank whose first dim is not known to be other than M (M, ..., K), so that member m's
+    rows meet member m's weight only."""
     if node.input[1] not in inits:
         return False
-    dims = list(inits[node.input[1]].dims)
+    dims, x = list(inits[node.input[1]].dims), shapes.get(node.input[0])
     return len(dims) >= 3 and dims[0] > 1 and all(d == 1 for d in dims[1:-2]) and dims[-1] >= MIN_COLUMNS \
-        and ranks.get(node.input[0]) == len(dims)
+        and x is not None and len(x) == len(dims) and x[0] in (dims[0], None)
 
 
 def _rewrite_gemm(g: _Graph, c: dict, node: onnx.NodeProto, inits: dict, bounded: set) -> bool:
@@ -338,7 +332,7 @@ def quantize_rowwise(model: onnx.ModelProto, one_step_lstm: bool, scan_lstms: bo
     g = _Graph("int8", opset)
     c = _shared_constants(g)
     bounded = bounded_tensors(graph)
-    ranks = _ranks(model)
+    shapes = _shapes(model)
     groups = {id(group[-1]): group for group in _independent_groups(graph)}  # emitted at their last node
     for node in graph.node:
         if node.op_type == "LSTM":
@@ -355,7 +349,7 @@ def quantize_rowwise(model: onnx.ModelProto, one_step_lstm: bool, scan_lstms: bo
                 and inits[node.input[1]].dims[1] >= MIN_COLUMNS:
             rowwise_matmul(g, c, node.input[0], numpy_helper.to_array(inits[node.input[1]]), node.output[0],
                            bounded=node.input[0] in bounded)
-        elif node.op_type == "MatMul" and _members(node, inits, ranks):
+        elif node.op_type == "MatMul" and _members(node, inits, shapes):
             member_matmul(g, c, node.input[0], numpy_helper.to_array(inits[node.input[1]]), node.output[0],
                           bounded=node.input[0] in bounded)
         elif not (node.op_type == "Gemm" and _rewrite_gemm(g, c, node, inits, bounded)):
