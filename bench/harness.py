@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import struct
 import subprocess
 import sys
 import time
@@ -21,6 +22,16 @@ BIN = Path(sys.executable).parent
 # The model's own speed: no lexicon answers, no cached ones (bench/realtraffic.py measures those),
 # in the precision a user gets (--precision auto).
 MODEL_ONLY = ["--lexicon", "false", "--cache-entries", "0"]
+
+
+def write_messages(path: Path, messages) -> Path:
+    """Serialized protobuf messages, each after its 4-byte little-endian length: the requests file
+    bench/cpp/loadgen.cc reads and sends, cycling."""
+    with path.open("wb") as f:
+        for message in messages:
+            raw = message.SerializeToString()
+            f.write(struct.pack("<I", len(raw)) + raw)
+    return path
 
 
 def test_words(bundle, refs: dict | None = None) -> list[str]:

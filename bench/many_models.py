@@ -17,14 +17,13 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import struct
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from bench.harness import BIN, MODEL_ONLY, free_port, process_tree, test_words, wait_serving
+from bench.harness import BIN, MODEL_ONLY, free_port, process_tree, test_words, wait_serving, write_messages
 
 RESULTS = Path(__file__).resolve().parent / "results"
 LOADGEN = Path(__file__).resolve().parents[1] / "build" / "attnserve-loadgen"  # `make build/attnserve-loadgen`
@@ -86,20 +85,20 @@ def p50_p99(ms: list[float]) -> tuple[float, float]:
     return round(statistics.median(ms), 3), round(ms[int(0.99 * (len(ms) - 1))], 3)
 
 
-def loadgen_p50_p99(loadgen: str, addr: str, model: str, words: list[str], calls: int) -> tuple[float, float]:
-    """The same calls from the C++ load generator (bench/cpp/loadgen.cc), one at a time for about as long as
-    `calls` take: a client whose own time per call is small beside grpcio's Python stub's."""
+def requests_file(path: Path, model: str, words: list[str]) -> Path:
+    """The model's single-word calls, as the load generator sends them."""
     from attnserve.v1 import attnserve_pb2 as pb
 
-    with tempfile.TemporaryDirectory() as tmp:
-        requests = Path(tmp) / "requests.bin"
-        with requests.open("wb") as f:
-            for word in words:
-                raw = pb.TransduceRequest(inputs=[word], model_name=model, options=model_only()).SerializeToString()
-                f.write(struct.pack("<I", len(raw)) + raw)
-        out = subprocess.run([loadgen, "--target", addr, "--method", "/attnserve.v1.Transducer/Transduce",
-                              "--requests", str(requests), "--seconds", f"{calls / 300:.2f}", "--deadline-ms", "10000",
-                              "--concurrency", "1", "--channels", "1"], capture_output=True, text=True, check=True)
+    options = model_only()
+    return write_messages(path, (pb.TransduceRequest(inputs=[w], model_name=model, options=options) for w in words))
+
+
+def loadgen_p50_p99(loadgen: str, addr: str, model: str, requests: Path, calls: int) -> tuple[float, float]:
+    """The same calls from the C++ load generator (bench/cpp/loadgen.cc), one at a time for about as long as
+    `calls` take: a client whose own time per call is small beside grpcio's Python stub's."""
+    out = subprocess.run([loadgen, "--target", addr, "--method", "/attnserve.v1.Transducer/Transduce",
+                          "--requests", str(requests), "--seconds", f"{calls / 300:.2f}", "--deadline-ms", "10000",
+                          "--concurrency", "1", "--channels", "1"], capture_output=True, text=True, check=True)
     r = json.loads(out.stdout)
     if set(r["codes"]) != {"OK"}:
         raise RuntimeError(f"{model}: the load generator's calls ended {r['codes']}")
@@ -138,12 +137,13 @@ def measure(repository: Path, calls: int, rounds: int, loadgen: str | None) -> d
         startup_s = time.perf_counter() - started
         memory = rss_mb(proc.pid)
         rows = []
-        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel, tempfile.TemporaryDirectory() as tmp:
             stub = pbg.TransducerStub(channel)
             echo_ms = echo_p50_ms(channel, calls)
             served = sorted((m for m in stub.ListModels(pb.ListModelsRequest(), timeout=10).models
                              if m.state == "READY"), key=lambda m: m.name)
             words = {m.name: test_words(load_bundle(repository / m.name / m.served_version)) for m in served}
+            requests = {m.name: requests_file(Path(tmp) / f"{m.name}.bin", m.name, words[m.name]) for m in served}
             # Rounds over every model in turn: a spell of noise on a shared host then weighs on one round of
             # each model rather than on all of one model's calls. A figure is the median of its rounds'.
             python: dict[str, list[tuple[float, float]]] = {m.name: [] for m in served}
@@ -152,7 +152,7 @@ def measure(repository: Path, calls: int, rounds: int, loadgen: str | None) -> d
                 for m in served:
                     python[m.name].append(p50_p99(latencies_ms(stub, m.name, words[m.name], calls)))
                     if loadgen:
-                        cpp[m.name].append(loadgen_p50_p99(loadgen, f"127.0.0.1:{port}", m.name, words[m.name],
+                        cpp[m.name].append(loadgen_p50_p99(loadgen, f"127.0.0.1:{port}", m.name, requests[m.name],
                                                            calls))
             for m in served:
                 measured = cpp[m.name] or python[m.name]

@@ -21,14 +21,13 @@ import json
 import os
 import platform
 import random
-import struct
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from bench.harness import BIN, MODEL_ONLY, Server, server_cpu_seconds
+from bench.harness import BIN, MODEL_ONLY, Server, server_cpu_seconds, write_messages
 from inference import grpc_service_pb2 as kpb
 from service.engine.bundle import load_bundle
 from training.evaluate import load_refs
@@ -50,13 +49,13 @@ REFUSAL_P50_TARGET_MS = 5.0
 def write_requests(path: Path, model: str, words: list[str], per_request: int = 1) -> None:
     """Serialized ModelInferRequests of `per_request` words each, each after its 4-byte little-endian
     length: what bench/cpp/loadgen.cc sends."""
-    with path.open("wb") as f:
-        for i in range(0, len(words) - per_request + 1, per_request):
-            req = kpb.ModelInferRequest(model_name=model)
-            req.inputs.add(name="TEXT", datatype="BYTES", shape=[per_request]).contents.bytes_contents.extend(
-                w.encode() for w in words[i:i + per_request])
-            raw = req.SerializeToString()
-            f.write(struct.pack("<I", len(raw)) + raw)
+    def request(chunk: list[str]):
+        req = kpb.ModelInferRequest(model_name=model)
+        req.inputs.add(name="TEXT", datatype="BYTES", shape=[per_request]).contents.bytes_contents.extend(
+            w.encode() for w in chunk)
+        return req
+
+    write_messages(path, (request(words[i:i + per_request]) for i in range(0, len(words) - per_request + 1, per_request)))
 
 
 def drive(loadgen: str, server: Server, requests: Path, seconds: float, deadline_ms: float, method: str = METHOD,

@@ -20,14 +20,13 @@ import json
 import os
 import platform
 import statistics
-import struct
 import subprocess
 import tempfile
 import time
 from importlib.metadata import version
 from pathlib import Path
 
-from bench.harness import BIN, Server, server_cpu_seconds
+from bench.harness import BIN, Server, server_cpu_seconds, write_messages
 
 CORPUS = Path(__file__).resolve().parent / "corpus" / "english.txt"
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -57,11 +56,8 @@ def requests_file(sentences: list[str], path: Path, attention: bool) -> Path:
     generator sends, cycling."""
     from attnserve.v1 import attnserve_pb2 as pb
 
-    with path.open("wb") as f:
-        for s in sentences:
-            raw = pb.TransduceTextRequest(texts=[s], options=pb.TextOptions(return_attention=attention)).SerializeToString()
-            f.write(struct.pack("<I", len(raw)) + raw)
-    return path
+    return write_messages(path, (pb.TransduceTextRequest(texts=[s], options=pb.TextOptions(return_attention=attention))
+                                 for s in sentences))
 
 
 def closed_loop(server: Server, loadgen: str, requests: Path, sentences: list[str], seconds: float,
