@@ -94,6 +94,16 @@ def test_a_model_built_before_its_runs_were_recorded_is_built_again_when_a_flag_
     assert not sigmorphon._built_as(manifest, [{"run": "seed2", "flags": ["--seed", "2", *flags[2:]]}])
 
 
+def test_a_model_is_built_again_when_what_it_trains_changes_not_where_a_flag_is_written_or_where_it_ran():
+    recorded = ["--seed", "2", "--hidden-size", "256", "--device", "cpu", "--output", "monotonic", "--hidden-size", "384"]
+    manifest = {"task_scores": {"runs": [{"run": "seed2", "flags": recorded}]}}
+    moved = ["--seed", "2", "--hidden-size", "384", "--device", "cuda", "--threads", "1", "--output", "monotonic"]
+    assert sigmorphon._built_as(manifest, [{"run": "seed2", "flags": moved}])
+    assert not sigmorphon._built_as(manifest, [{"run": "seed2", "flags": [*moved, "--hidden-size", "256"]}])
+    assert not sigmorphon._built_as(manifest, [{"run": "seed2", "flags": [*moved, "+cmudict_ipa"]}])
+    assert not sigmorphon._built_as(manifest, [{"run": "seed2", "flags": moved}, {"run": "seed1", "flags": moved}])
+
+
 def test_a_recipes_alt_flags_train_each_seed_again_as_more_members(task, monkeypatch):
     recipe = sigmorphon.RECIPES["low"]
     six = Recipe(recipe.flags, seeds=(1,), alt_flags=("--dropout", "0.3"))

@@ -104,6 +104,25 @@ def member_flags(lang: str, seed: int, recipe: Recipe, variant: "Variant" = RULE
             for a in _train_flags(lang, seed, recipe, variant, alt)] + (["+cmudict_ipa"] if recipe.cmudict_ipa else [])
 
 
+WHERE_IT_RAN = ("device", "threads")  # how a run was carried out, not what it trained
+
+
+def training_settings(flags: list[str]) -> tuple[list[str], dict]:
+    """What a member's recorded flags train: its markers (+cmudict_ipa) and python -m training.train's settings
+    once parsed (a later flag wins), where it ran aside."""
+    from training.train import parse_args
+
+    args = vars(parse_args(["--corpus", "tsv", "--train-tsv", "-", "--dev-tsv", "-", "--out", "-",
+                            *(f for f in flags if not f.startswith("+"))]))
+    return sorted(f for f in flags if f.startswith("+")), {k: v for k, v in args.items() if k not in WHERE_IT_RAN}
+
+
+def same_training(recorded: list[str], wanted: list[str]) -> bool:
+    """Whether a run's recorded flags train what `wanted` asks: a flag moved from a language's own flags into
+    its subtask's recipe changes nothing, nor does the device or the threads it ran on."""
+    return recorded == wanted or training_settings(recorded) == training_settings(wanted)
+
+
 def run_name(seed: int, alt: bool) -> str:
     return f"seed{seed}" + ("-alt" if alt else "")
 
@@ -119,7 +138,7 @@ def train_seed(lang: str, seed: int, recipe: Recipe, variant: Variant = RULES, a
     flags = member_flags(lang, seed, recipe, variant, alt)
     if (out / "result.json").exists():
         recorded = out / "flags.json"  # runs from before it was written record nothing: taken as they are
-        if recorded.exists() and json.loads(recorded.read_text()) != flags:
+        if recorded.exists() and not same_training(json.loads(recorded.read_text()), flags):
             raise SystemExit(f"{out} was trained with other flags than {lang}'s recipe now asks ({recorded}): "
                              "move it aside to train this member again")
         return checkpoint
@@ -241,7 +260,8 @@ def _built_as(manifest: dict, wanted: list[dict]) -> bool:
     """Whether a built model's members are the runs `wanted` lists, with their flags."""
     done = manifest.get("task_scores", {})
     if "runs" in done:
-        return done["runs"] == wanted
+        return len(done["runs"]) == len(wanted) and all(
+            d["run"] == w["run"] and same_training(d["flags"], w["flags"]) for d, w in zip(done["runs"], wanted))
     # Built before models recorded their runs: as many members, trained on dev or not as asked, and the
     # settings it records (a lone member's seed among them).
     on_dev = any(TRAIN_ON_DEV[0] in w["flags"] for w in wanted)
