@@ -95,13 +95,17 @@ SHORT_MEDIUM = (("--max-epochs", "25"),
                 "the earlier, shorter schedule: better on its dev than 60 epochs")
 # The monotonic output (each was chosen on a run to the end of its schedule, as the recipe now runs).
 MONOTONIC = ("--output", "monotonic")
+# The two-member ensembles stay 256 wide: two 384-wide members would take a lone word past 3 ms.
+NARROW = ("--hidden-size", "256")
+NARROW_WHY = ("256 wide, not the recipe's 384: its two 384-wide members take a lone word 1.8x as long (engine "
+              "alone, int8, hbs_latn: 3.1 ms against 1.7), past the 3 ms a served word may take")
 LANG_FLAGS = {"kor": (("--source-form", "nfd", *MONOTONIC),
                       "Hangul syllables decomposed into their jamo: a syllable no training word has is letters the "
                       "model has seen; the monotonic output, run to the end of its 60 epochs: on its dev 20.1 with "
                       "beam 5 against 20.3 (on fre's dev, 8.6 against 8.3: not kept)"),
-              "dut": (("--max-epochs", "25", *MONOTONIC),
+              "dut": (("--max-epochs", "25", *MONOTONIC, *NARROW),
                       "the earlier, shorter schedule (better on its dev than 60 epochs), with the monotonic output, "
-                      "run to the end of its 25 epochs: on its dev 10.4 with beam 5 against 11.0"),
+                      "run to the end of its 25 epochs: on its dev 10.4 with beam 5 against 11.0; " + NARROW_WHY),
               "arm_e": (MONOTONIC,
                         "the monotonic output, run to the end of its 60 epochs: on its dev 5.0 with beam 5 against 6.0"),
               "vie_hanoi": (MONOTONIC,
@@ -115,10 +119,10 @@ LANG_FLAGS = {"kor": (("--source-form", "nfd", *MONOTONIC),
               "bul": (("--enc-layers", "2"),
                       "a 2-layer encoder, run to the end of its 60 epochs: on its dev 7.0 with beam 5 against 7.4 for "
                       "one layer, cut by 25 minutes (on jpn_hira's dev, 6.8 against 6.4: not kept)"),
-              "hbs_latn": (("--enc-layers", "2"),
+              "hbs_latn": (("--enc-layers", "2", *NARROW),
                            "a 2-layer encoder, run to the end of its 60 epochs: on its dev 36.0 with beam 5 against "
                            "36.5 for one layer, cut at epoch 41 by 25 minutes (on fre's dev, 8.5 against 8.3: not kept). "
-                           "Its cost: a lone word takes 1.6x as long (fp32 both)")}
+                           "Its cost: a lone word takes 1.6x as long (fp32 both); " + NARROW_WHY)}
 
 
 # A language's own seeds in place of its subtask's recipe's, where its dev chose them (several: one
