@@ -164,6 +164,21 @@ def test_a_second_driver_passes_over_a_language_another_is_building(task, monkey
     assert not (task / "runs" / "tiny" / "seed1").exists() and not (task / "models" / "g2p-tiny").exists()
 
 
+def test_runs_trained_elsewhere_are_built_here_and_the_model_records_where_they_ran(task, monkeypatch):
+    # --train-only on a lent GPU, say, with --device cuda; here the override is the recipe's own device, so
+    # that the test runs anywhere: what matters is that it is recorded and the runs are not trained again.
+    monkeypatch.setattr(sigmorphon, "DOC", task / "sigmorphon.md")
+    sigmorphon.main(["--langs", "tiny", "--train-only", "--device", "cpu"])
+    runs = [task / "runs" / "tiny" / f"seed{seed}" for seed in (1, 2)]
+    assert all((run / "best.pt").exists() for run in runs)
+    assert not (task / "models" / "g2p-tiny").exists() and not (task / "sigmorphon.md").exists()
+    stamps = [(run / "best.pt").stat().st_mtime_ns for run in runs]
+    bundle = sigmorphon.build("tiny")
+    assert [(run / "best.pt").stat().st_mtime_ns for run in runs] == stamps  # built from them, not trained again
+    recorded = load_bundle(bundle).manifest["task_scores"]["runs"]
+    assert [r["flags"][-2:] for r in recorded] == [["--device", "cpu"]] * 2
+
+
 def test_transfer_models_pretrain_on_the_other_languages_and_get_a_row_of_their_own(task, monkeypatch):
     """training/sigmorphon_transfer.py: one model pretrained on every low and medium train file but Korean's,
     with no source of a low test file in it; the low language's recipe continues from it and its bundle

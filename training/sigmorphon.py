@@ -91,17 +91,25 @@ def trained_on_dev(manifest: dict) -> bool:
     return bool(manifest.get("data", {}).get("train_on_dev"))
 
 
-def _train_flags(lang: str, seed: int, recipe: Recipe, variant: "Variant", alt: bool) -> list[str]:
-    """One member's python -m training.train flags but its files."""
+def _train_flags(lang: str, seed: int, recipe: Recipe, variant: "Variant", alt: bool, device: str = "") -> list[str]:
+    """One member's python -m training.train flags but its files; `device` in place of the recipe's."""
     return ["--seed", str(seed), *recipe.flags, *LANG_FLAGS.get(lang, ((), ""))[0], *variant.flags,
-            *(recipe.alt_flags if alt else ()), *(TRAIN_ON_DEV if trains_on_dev(recipe, variant) else ())]
+            *(recipe.alt_flags if alt else ()), *(TRAIN_ON_DEV if trains_on_dev(recipe, variant) else ()),
+            *(("--device", device) if device else ())]
 
 
-def member_flags(lang: str, seed: int, recipe: Recipe, variant: "Variant" = RULES, alt: bool = False) -> list[str]:
+def member_flags(lang: str, seed: int, recipe: Recipe, variant: "Variant" = RULES, alt: bool = False,
+                 device: str = "") -> list[str]:
     """_train_flags as its run and a model built from it record them, so that a changed recipe is noticed
     (paths inside the repository relative to it)."""
     return [str(Path(a).relative_to(REPO)) if Path(a).is_absolute() and Path(a).is_relative_to(REPO) else a
-            for a in _train_flags(lang, seed, recipe, variant, alt)] + (["+cmudict_ipa"] if recipe.cmudict_ipa else [])
+            for a in _train_flags(lang, seed, recipe, variant, alt, device)] + (
+        ["+cmudict_ipa"] if recipe.cmudict_ipa else [])
+
+
+def _recorded_flags(run: Path) -> list[str] | None:
+    """The flags a finished run recorded (its device among them), None for runs from before they were."""
+    return json.loads((run / "flags.json").read_text()) if (run / "flags.json").exists() else None
 
 
 WHERE_IT_RAN = ("device", "threads")  # how a run was carried out, not what it trained
@@ -127,15 +135,16 @@ def run_name(seed: int, alt: bool) -> str:
     return f"seed{seed}" + ("-alt" if alt else "")
 
 
-def train_seed(lang: str, seed: int, recipe: Recipe, variant: Variant = RULES, alt: bool = False) -> Path:
-    """One training run (skipped when its result.json exists), with the recipe's alt_flags where `alt`;
-    returns its checkpoint (best.pt, or last.pt where it trains on dev). A run that records other flags
-    than these is refused, not reused."""
+def train_seed(lang: str, seed: int, recipe: Recipe, variant: Variant = RULES, alt: bool = False,
+               device: str = "") -> Path:
+    """One training run (skipped when its result.json exists), with the recipe's alt_flags where `alt`,
+    on `device` where given (else the recipe's); returns its checkpoint (best.pt, or last.pt where it trains
+    on dev). A run that records flags training something else is refused, not reused."""
     runs = variant.run_dir(lang)
     run = run_name(seed, alt)
     out = runs / run
     checkpoint = out / ("last.pt" if trains_on_dev(recipe, variant) else "best.pt")
-    flags = member_flags(lang, seed, recipe, variant, alt)
+    flags = member_flags(lang, seed, recipe, variant, alt, device)
     if (out / "result.json").exists():
         recorded = out / "flags.json"  # runs from before it was written record nothing: taken as they are
         if recorded.exists() and not same_training(json.loads(recorded.read_text()), flags):
@@ -145,7 +154,7 @@ def train_seed(lang: str, seed: int, recipe: Recipe, variant: Variant = RULES, a
     f = files(lang)
     argv = [sys.executable, "-m", "training.train", "--corpus", "tsv", "--train-tsv", str(f["train"]),
             "--dev-tsv", str(f["dev"]), "--test-tsv", str(f["test"]), "--out", str(out),
-            *_train_flags(lang, seed, recipe, variant, alt)]
+            *_train_flags(lang, seed, recipe, variant, alt, device)]
     if recipe.cmudict_ipa:
         from training.sigmorphon_english import write_targets
 
@@ -249,11 +258,11 @@ def sole_driver(lang: str, variant: Variant = RULES):
         yield
 
 
-def build(lang: str, variant: Variant = RULES) -> Path:
-    """Train what is missing, export, quantize and score; the variant's bundle (models/<name>/1 for the
-    rule-abiding models) when done."""
+def build(lang: str, variant: Variant = RULES, device: str = "", train_only: bool = False) -> Path | None:
+    """Train what is missing (on `device` where given), export, quantize and score; the variant's bundle
+    (models/<name>/1 for the rule-abiding models) when done, None where `train_only` stops after training."""
     with sole_driver(lang, variant):
-        return _build(lang, variant)
+        return _build(lang, variant, device, train_only)
 
 
 def _built_as(manifest: dict, wanted: list[dict]) -> bool:
@@ -284,7 +293,7 @@ def _configured_as(manifest: dict, member: dict, with_seed: bool) -> bool:
     return all(args[k] == v for k, v in recorded.items() if k in args and k != "seed")
 
 
-def _build(lang: str, variant: Variant) -> Path:
+def _build(lang: str, variant: Variant, device: str = "", train_only: bool = False) -> Path | None:
     from service.engine.bundle import load_bundle, write_manifest
     from training.export import build_bundle, parity_ok
 
@@ -297,7 +306,10 @@ def _build(lang: str, variant: Variant) -> Path:
     if (target / "manifest.json").exists() and _built_as(json.loads((target / "manifest.json").read_text()), wanted):
         return target  # done: the recipe asks for the members it was built from
     started = time.time()
-    checkpoints = [train_seed(lang, seed, recipe, variant, alt) for seed, alt in members]
+    checkpoints = [train_seed(lang, seed, recipe, variant, alt, device) for seed, alt in members]
+    if train_only:
+        return None
+    wanted = [{**w, "flags": _recorded_flags(c.parent) or w["flags"]} for w, c in zip(wanted, checkpoints)]
     staging = runs / "bundle" / "1"
     shutil.rmtree(staging.parent, ignore_errors=True)
     manifest = build_bundle(checkpoints if len(checkpoints) > 1 else checkpoints[0], staging, name, "1",
@@ -339,6 +351,10 @@ def main(argv=None):
                    help="make the built models' int8 graphs again and score them again; no training")
     p.add_argument("--rescore", action="store_true",
                    help="score the built models again where the precision served has changed; no training")
+    p.add_argument("--device", choices=["cpu", "cuda"], help="train on this in place of the recipe's device "
+                   "(recorded in each run's flags; a model is compared with its recipe where it ran aside)")
+    p.add_argument("--train-only", action="store_true",
+                   help="train the missing runs only (on a lent GPU, say); a later run here builds from them")
     args = p.parse_args(argv)
     from training.sigmorphon_table import write_table
 
@@ -350,12 +366,14 @@ def main(argv=None):
         langs = args.langs or sorted(LANGS, key=lambda lang: TRAIN_ORDER.index(LANGS[lang][0]))
         for lang in langs:
             try:
-                build(lang)
+                build(lang, device=args.device or "", train_only=args.train_only)
             except Busy as busy:
                 print(f"{busy}: passed over", flush=True)
                 continue
-            write_table(DOC)
-    write_table(DOC)
+            if not args.train_only:
+                write_table(DOC)
+    if not args.train_only:
+        write_table(DOC)
 
 
 if __name__ == "__main__":
