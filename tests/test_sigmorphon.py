@@ -9,7 +9,7 @@ import torch
 
 from service.engine.bundle import load_bundle
 from service.engine.engine import served_precision
-from training import evaluate, sigmorphon, sigmorphon_table, sigmorphon_transfer
+from training import evaluate, sigmorphon, sigmorphon_heldout, sigmorphon_table, sigmorphon_transfer
 from training.sigmorphon_recipes import COSINE, Recipe
 
 PHONES = {"a": "A", "b": "B", "c": "K", "d": "D", "e": "E", "f": "F"}
@@ -177,6 +177,22 @@ def test_runs_trained_elsewhere_are_built_here_and_the_model_records_where_they_
     assert [(run / "best.pt").stat().st_mtime_ns for run in runs] == stamps  # built from them, not trained again
     recorded = load_bundle(bundle).manifest["task_scores"]["runs"]
     assert [r["flags"][-2:] for r in recorded] == [["--device", "cpu"]] * 2
+
+
+def test_a_recipe_question_is_asked_on_a_held_out_eighth_no_member_trained_on(task, monkeypatch):
+    monkeypatch.setattr(sigmorphon_heldout, "LANGS", {"tiny": ("low", "g2p-tiny", 20.0)})
+    result = sigmorphon_heldout.ask("tiny", "wider", [1, 2], ["--hidden-size", "24"], runs=task / "heldout")
+    held = sigmorphon.read_lines(task / "heldout" / "tiny" / "heldout.tsv")
+    rest = sigmorphon.read_lines(task / "heldout" / "tiny" / "train_rest.tsv")
+    train = sigmorphon.read_lines(task / "data" / "low" / "tiny_train.tsv")
+    assert held and sorted(held + rest) == sorted(train) and all(sigmorphon_heldout.held_out(s) for s, _ in held)
+    assert result["heldout_words"] == len(held) and 0 <= result["heldout_beam5_fp32"] <= 100
+    run = task / "heldout" / "tiny" / "wider" / "seed1"
+    assert json.loads((run / "result.json").read_text())["parameters"] > 0
+    assert torch.load(run / "best.pt", weights_only=False)["model_config"]["hidden_size"] == 24  # the flag asked
+    stamp = (run / "best.pt").stat().st_mtime_ns
+    assert sigmorphon_heldout.ask("tiny", "wider", [1, 2], ["--hidden-size", "24"], runs=task / "heldout") == result
+    assert (run / "best.pt").stat().st_mtime_ns == stamp  # asked again: scored again, not trained again
 
 
 def test_transfer_models_pretrain_on_the_other_languages_and_get_a_row_of_their_own(task, monkeypatch):

@@ -1,0 +1,90 @@
+"""A recipe question asked on words no model saw: the held-out eighth of a SIGMORPHON train file.
+
+    python -m training.sigmorphon_heldout --langs fre kor --tag h384 -- --hidden-size 384
+    python -m training.sigmorphon_heldout --langs fre kor --tag recipe          # the recipe as it is
+
+Once a recipe trains on the train and dev files together, dev can choose nothing; so the experiments in
+docs/sigmorphon.md ("Tried") hold out an eighth of each train file (a source is held out where
+int(md5(source).hexdigest(), 16) % 8 == 0, the same words every time), train the language's members on
+the rest (and dev, where the recipe trains on it) with the recipe's flags, the language's own and the
+flags after `--`, and score the held-out words with the task's scorer through the engine (beam 5, fp32),
+several seeds as one ensemble. Write the rule before reading a figure. Runs go to
+runs/sigmorphon-heldout/<lang>/<tag>/, each language's figure to its result.json there; the test file is
+never read.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from training.data import REPO, read_lines
+from training.sigmorphon import RULES, _train_flags, files, recipe_for, task_wer, trains_on_dev
+from training.sigmorphon_recipes import BEAM, LANGS
+
+RUNS = REPO / "runs" / "sigmorphon-heldout"
+
+
+def held_out(source: str) -> bool:
+    return int(hashlib.md5(source.encode("utf-8")).hexdigest(), 16) % 8 == 0
+
+
+def split_train(lang: str, out: Path) -> tuple[Path, Path]:
+    """The language's train file as (the rest, the held-out eighth), written under `out`."""
+    rows = read_lines(files(lang)["train"])
+    rest, held = out / "train_rest.tsv", out / "heldout.tsv"
+    out.mkdir(parents=True, exist_ok=True)
+    for path, keep in ((rest, False), (held, True)):
+        path.write_text("".join(f"{s}\t{t}\n" for s, t in rows if held_out(s) == keep), encoding="utf-8")
+    return rest, held
+
+
+def member(lang: str, seed: int, rest: Path, held: Path, run: Path, extra: list[str]) -> Path:
+    """Train one member (skipped when its result.json exists); its checkpoint."""
+    recipe = recipe_for(lang)
+    checkpoint = run / ("last.pt" if trains_on_dev(recipe, RULES) else "best.pt")
+    if (run / "result.json").exists():
+        return checkpoint
+    argv = [sys.executable, "-m", "training.train", "--corpus", "tsv", "--train-tsv", str(rest),
+            "--dev-tsv", str(files(lang)["dev"]), "--test-tsv", str(held), "--out", str(run),
+            *_train_flags(lang, seed, recipe, RULES, False), *extra]
+    run.mkdir(parents=True, exist_ok=True)
+    with (run.parent / f"{run.name}.log").open("w") as log:
+        subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT, check=True, cwd=REPO)
+    last = (run.parent / f"{run.name}.log").read_text().strip().splitlines()[-1]
+    (run / "result.json").write_text(last + "\n")
+    return checkpoint
+
+
+def ask(lang: str, tag: str, seeds: list[int], extra: list[str], runs: Path = RUNS) -> dict:
+    """Train the members, export their ensemble, score the held-out words; the figure, also in result.json."""
+    from training.export import build_bundle
+
+    out = runs / lang / tag
+    rest, held = split_train(lang, runs / lang)
+    checkpoints = [member(lang, seed, rest, held, out / f"seed{seed}", extra) for seed in seeds]
+    bundle = out / "bundle" / "1"
+    build_bundle(checkpoints if len(checkpoints) > 1 else checkpoints[0], bundle, f"{lang}-{tag}", "1",
+                 parity_words=50, lexicon=False)
+    result = {"lang": lang, "tag": tag, "seeds": seeds, "flags": extra, "heldout_words": len(read_lines(held)),
+              f"heldout_beam{BEAM}_fp32": task_wer(bundle, held, BEAM, "fp32")}
+    (out / "result.json").write_text(json.dumps(result) + "\n")
+    return result
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--langs", nargs="+", choices=sorted(LANGS), required=True)
+    p.add_argument("--tag", required=True, help="the runs' folder name: one per question asked")
+    p.add_argument("--seeds", nargs="+", type=int, default=[1], help="several: one ensemble")
+    p.add_argument("flags", nargs="*", help="after --: python -m training.train flags beside the recipe's")
+    args = p.parse_args(argv)
+    for lang in args.langs:
+        print(json.dumps(ask(lang, args.tag, args.seeds, args.flags)), flush=True)
+
+
+if __name__ == "__main__":
+    main()
