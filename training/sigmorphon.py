@@ -3,6 +3,7 @@
     python -m training.sigmorphon                      # every language whose model is missing (`make sigmorphon`)
     python -m training.sigmorphon --langs fre bul      # these only
     python -m training.sigmorphon --table              # docs/sigmorphon.md from the models' manifests
+    python -m training.sigmorphon --train-only --device cuda --langs bul   # the runs only, on a GPU (docs/training.md)
 
 Per language (data/sigmorphon-2021/README.md names the files and the models): train its subtask's
 recipe on the train file, early-stopped on the dev file, one run per seed (several seeds export as
