@@ -162,14 +162,21 @@ def train_seed(lang: str, seed: int, recipe: Recipe, variant: Variant = RULES, a
         targets = runs / "train_plus_cmudict_ipa.tsv"
         print(f"{lang}: {write_targets(f['train'], [f['dev'], f['test']], targets)} in {targets}", flush=True)
         argv += ["--train-targets", str(targets)]
-    out.mkdir(parents=True, exist_ok=True)
-    with (runs / f"{run}.log").open("w") as log:
-        print(f"{lang} {run}: training, log {log.name}", flush=True)
-        subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT, check=True, cwd=REPO)
-    last = (runs / f"{run}.log").read_text().strip().splitlines()[-1]
-    (out / "flags.json").write_text(json.dumps(flags) + "\n")
-    (out / "result.json").write_text(last + "\n")
+    print(f"{lang} {run}: training, log {runs / run}.log", flush=True)
+    run_training(argv, out, flags)
     return checkpoint
+
+
+def run_training(argv: list[str], out: Path, flags: list[str] | None = None) -> None:
+    """python -m training.train's argv into `out`, its log beside it (<out>.log); then the flags it records
+    (where given) and its last line as out/result.json, which marks the run finished."""
+    out.mkdir(parents=True, exist_ok=True)
+    log = out.parent / f"{out.name}.log"
+    with log.open("w") as f:
+        subprocess.run(argv, stdout=f, stderr=subprocess.STDOUT, check=True, cwd=REPO)
+    if flags is not None:
+        (out / "flags.json").write_text(json.dumps(flags) + "\n")
+    (out / "result.json").write_text(log.read_text().strip().splitlines()[-1] + "\n")
 
 
 def task_wer(bundle: Path, split_file: Path, beam: int, precision: str) -> float:

@@ -17,12 +17,11 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import subprocess
 import sys
 from pathlib import Path
 
 from training.data import REPO, read_lines
-from training.sigmorphon import RULES, _train_flags, files, recipe_for, task_wer, trains_on_dev
+from training.sigmorphon import RULES, _train_flags, files, recipe_for, run_training, task_wer, trains_on_dev
 from training.sigmorphon_recipes import BEAM, LANGS
 
 RUNS = REPO / "runs" / "sigmorphon-heldout"
@@ -51,11 +50,7 @@ def member(lang: str, seed: int, rest: Path, held: Path, run: Path, extra: list[
     argv = [sys.executable, "-m", "training.train", "--corpus", "tsv", "--train-tsv", str(rest),
             "--dev-tsv", str(files(lang)["dev"]), "--test-tsv", str(held), "--out", str(run),
             *_train_flags(lang, seed, recipe, RULES, False), *extra]
-    run.mkdir(parents=True, exist_ok=True)
-    with (run.parent / f"{run.name}.log").open("w") as log:
-        subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT, check=True, cwd=REPO)
-    last = (run.parent / f"{run.name}.log").read_text().strip().splitlines()[-1]
-    (run / "result.json").write_text(last + "\n")
+    run_training(argv, run)
     return checkpoint
 
 
