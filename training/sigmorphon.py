@@ -116,14 +116,19 @@ def _recorded_flags(run: Path) -> list[str] | None:
 WHERE_IT_RAN = ("device", "threads")  # how a run was carried out, not what it trained
 
 
-def training_settings(flags: list[str]) -> tuple[list[str], dict]:
-    """What a member's recorded flags train: its markers (+cmudict_ipa) and python -m training.train's settings
-    once parsed (a later flag wins), where it ran aside."""
+def _parsed(flags: list[str]) -> dict:
+    """python -m training.train's settings from a member's recorded flags (a later flag wins); markers such
+    as +cmudict_ipa are not flags."""
     from training.train import parse_args
 
-    args = vars(parse_args(["--corpus", "tsv", "--train-tsv", "-", "--dev-tsv", "-", "--out", "-",
+    return vars(parse_args(["--corpus", "tsv", "--train-tsv", "-", "--dev-tsv", "-", "--out", "-",
                             *(f for f in flags if not f.startswith("+"))]))
-    return sorted(f for f in flags if f.startswith("+")), {k: v for k, v in args.items() if k not in WHERE_IT_RAN}
+
+
+def training_settings(flags: list[str]) -> tuple[list[str], dict]:
+    """What a member's recorded flags train: its markers (+cmudict_ipa) and its settings, where it ran aside."""
+    return (sorted(f for f in flags if f.startswith("+")),
+            {k: v for k, v in _parsed(flags).items() if k not in WHERE_IT_RAN})
 
 
 def same_training(recorded: list[str], wanted: list[str]) -> bool:
@@ -291,10 +296,7 @@ def _configured_as(manifest: dict, member: dict, with_seed: bool) -> bool:
     """Whether the model and training settings a manifest records are those the member's flags give, so that
     a changed flag is noticed without `runs`; the seed only `with_seed` (an ensemble's manifest records one
     member's)."""
-    from training.train import parse_args
-
-    flags = [f for f in member["flags"] if not f.startswith("+")]  # markers such as +cmudict_ipa are not flags
-    args = vars(parse_args(["--corpus", "tsv", "--train-tsv", "-", "--dev-tsv", "-", "--out", "-", *flags]))
+    args = _parsed(member["flags"])
     recorded = {**manifest.get("model_config", {}), **manifest.get("train_config", {})}
     if with_seed and recorded.get("seed") != args["seed"]:
         return False
