@@ -116,17 +116,6 @@ end
 """
 
 
-def wrk_script(path: Path, model: str, words: list[str]) -> None:
-    """A wrk script that POSTs one word a call, cycling the words, and prints a JSON summary."""
-    bodies = [json.dumps({"inputs": [{"name": "TEXT", "datatype": "BYTES", "shape": [1], "data": [w]}]})
-              for w in words[:2000]]
-    lua = ["local bodies = {"] + [f"  {json.dumps(b)}," for b in bodies] + ["}", "local i = 0",
-           "request = function()", "  i = i % #bodies + 1",
-           f'  return wrk.format("POST", "/v2/models/{model}/infer", '
-           '{["Content-Type"] = "application/json"}, bodies[i])', "end"]
-    path.write_text("\n".join(lua) + WRK_DONE)
-
-
 def wrk_script(path: Path, route: str, bodies: list[dict]) -> Path:
     """A wrk script that POSTs the bodies in turn as JSON and prints a JSON summary at the end."""
     lua = ["local bodies = {"] + [f"  {json.dumps(json.dumps(b))}," for b in bodies[:2000]] + ["}", "local i = 0",

@@ -172,7 +172,6 @@ def send_once(addr: str, tokens: list[str], per_request: int = 128, in_flight: i
     refused = 0
 
     async def go():
-        nonlocal refused
         async with grpc.aio.insecure_channel(addr) as channel:
             stub = pbg.TransducerStub(channel)
             options = pb.DecodeOptions(return_attention=True)
