@@ -70,6 +70,8 @@ def test_a_language_is_trained_exported_scored_and_tabled_and_resumes_without_tr
     row = next(line for line in doc.read_text(encoding="utf-8").splitlines() if "`g2p-tiny`" in line)
     assert f"| {scores['test']['greedy']:.2f} |" in row and "| 20.00 |" in row
     assert "`tiny` seeds 1, 2 (two seeds beat one on its dev)" in doc.read_text(encoding="utf-8")
+    hours = sum(m["history"][-1]["minutes"] for m in manifest["training"]["members"]) / 60
+    assert f"Training: 2 runs, {hours:.1f} hours in all" in doc.read_text(encoding="utf-8")
 
     # A changed recipe is noticed: the same runs in another order are another model, built again from the
     # runs as they are; a run trained with other flags than the recipe now asks is refused, not reused.
@@ -81,6 +83,13 @@ def test_a_language_is_trained_exported_scored_and_tabled_and_resumes_without_tr
     monkeypatch.setattr(sigmorphon, "LANG_FLAGS", {"tiny": (("--dropout", "0.1"), "more dropout")})
     with pytest.raises(SystemExit, match="seed2 was trained with other flags"):
         sigmorphon.build("tiny")
+
+
+def test_a_models_training_time_is_its_members_own_minutes():
+    one = {"training": {"history": [{"minutes": 1.0}, {"minutes": 3.5}]}}  # a run's minutes so far, each epoch
+    two = {"training": {"members": [{"history": [{"minutes": 2.0}]}, {"history": [{"minutes": 4.0}]}]}}
+    assert sigmorphon_table.train_minutes(one) == 3.5 and sigmorphon_table.train_minutes(two) == 6.0
+    assert sigmorphon_table.train_minutes({}) == 0  # no history recorded: nothing counted
 
 
 def test_a_model_built_before_its_runs_were_recorded_is_built_again_when_a_flag_changes():

@@ -30,8 +30,15 @@ def scores(lang: str, variant: Variant = sigmorphon.RULES) -> dict | None:
         return None
     manifest = json.loads(path.read_text(encoding="utf-8"))
     return {**manifest["task_scores"], "parameters": manifest["parameters"],
-            "train_on_dev": sigmorphon.trained_on_dev(manifest),
+            "train_on_dev": sigmorphon.trained_on_dev(manifest), "train_minutes": train_minutes(manifest),
             "mb": sum(f.stat().st_size for f in path.parent.iterdir()) / 1e6} if "task_scores" in manifest else None
+
+
+def train_minutes(manifest: dict) -> float:
+    """What the model's runs took, each member's minutes as its own history recorded them (one CPU thread a
+    run, the recipes' `--threads 1`)."""
+    training = manifest.get("training") or {}
+    return sum(m["history"][-1]["minutes"] for m in training.get("members") or [training] if m.get("history"))
 
 
 def decoding_on_dev(rows: list[dict], subtask: str) -> str:
@@ -85,7 +92,21 @@ def subtask_lines(subtask: str, variant: Variant = sigmorphon.RULES, title: str 
         verdict = f"beside the target of <= {target:.2f} for models under the subtask's rules ({miss:+.2f})"
     lines += ["", f"Macro test WER{partial}: **{macro[pick]:.2f}** ({pick}; greedy {macro['greedy']:.2f}, "
               f"beam 5 {macro[f'beam{BEAM}']:.2f}); baseline {BASELINE_MACRO[subtask]:.2f}; {verdict}.", ""]
+    if variant == sigmorphon.RULES:  # the transfer row's runs start from a pretrained model, whose time is elsewhere
+        lines += [f"Training: {sum(r['members'] for r in rows.values())} runs, "
+                  f"{sum(r['train_minutes'] for r in rows.values()) / 60:.1f} hours in all, each on one CPU thread.", ""]
     return lines
+
+
+def cost_lines() -> list[str]:
+    """What training every rule-abiding model from scratch takes, beside what a session's background affords."""
+    minutes = sum(s["train_minutes"] for lang in LANGS if (s := scores(lang)))
+    return ["## What training them all takes", "",
+            f"Every model above, from scratch: **{minutes / 60:.1f} hours** of runs on one CPU thread each (the "
+            f"runs' own minutes, from the manifests), so about {minutes / 120:.1f} hours on 2 cores: more than "
+            "the background of a 3-hour session, which the task asked it to fit. The models are committed and "
+            "`make sigmorphon` trains only what is missing; a lent GPU trains the members in minutes "
+            "(docs/training.md).", ""]
 
 
 def recipe_lines() -> list[str]:
@@ -294,6 +315,7 @@ def write_table(path: Path) -> None:
     lines = [HEADER]
     for subtask in SUBTASKS:
         lines += subtask_lines(subtask)
+    lines += cost_lines()
     lines += transfer_lines()
     lines += recipe_lines()
     lines += [ERRORS, TRIED]
