@@ -256,3 +256,17 @@ def test_errors_are_sorted_into_prosody_only_and_one_segment():
             "vrt": ["v", "ə", "r", "t", "a"]}  # two segments more
     r = classify(rows, hyps)
     assert (r["words"], r["errors"], r["prosody_only"], r["one_segment"]) == (4, 3, 1, 1)
+
+
+def test_a_memory_of_trained_prefixes_is_scored_against_the_model_on_held_out_words_only():
+    from training.sigmorphon_prefix_prosody import marked, prefix_prosody
+
+    assert marked(["k", "aː"]) and not marked(["k", "a"])
+    trained = [("가구", "k a ɡ u"), ("가구점", "k a ɡ u dʑ ʌ m"), ("사과", "s aː ɡ w a"), ("사과나무", "s aː ɡ w a n a m u")]
+    held = [("가구들", "k a ɡ u d ɯ l"),  # majority short, the model short: right both ways
+            ("사과즙", "s aː ɡ w a dʑ ɯ p̚"),  # majority long, the model short: the memory mends it
+            ("나비", "n a b i")]  # no trained word begins so: not covered
+    hyps = {"가구들": "k a ɡ u d ɯ l".split(), "사과즙": "s a ɡ w a dʑ ɯ p̚".split(), "나비": "n a p i".split()}
+    counts = prefix_prosody(trained, held, hyps)
+    assert counts == {"words": 3, "wrong": 2, "prosody_only": 1, "covered": 2, "majority_right": 2, "model_right": 1,
+                      "would_mend": 1, "would_break": 0, "gold_marked": 1, "model_marked": 0}
