@@ -33,13 +33,16 @@ def marked(segments: list[str]) -> bool:
     return bare(segments) != [unicodedata.normalize("NFC", s) for s in segments]
 
 
+COUNTS = ("wrong", "prosody_only", "covered", "majority_right", "model_right", "would_mend", "would_break")
+
+
 def prefix_prosody(trained: list[tuple[str, str]], held: list[tuple[str, str]], hyps: dict[str, list[str]],
                    prefix: int = 2) -> dict:
     """Counts over the held-out words (see the module's docstring)."""
     seen: dict[str, Counter] = defaultdict(Counter)
     for src, tgt in trained:
         seen[unicodedata.normalize("NFC", src)[:prefix]][marked(tgt.split())] += 1
-    out = Counter(words=len(held))
+    out = Counter(dict.fromkeys(COUNTS, 0), words=len(held))  # every count present, zeros too
     for src, tgt in held:
         gold, hyp = tgt.split(), hyps[src]
         key = unicodedata.normalize("NFC", src)[:prefix]
