@@ -103,13 +103,13 @@ MONOTONIC = ("--output", "monotonic")
 NARROW = ("--hidden-size", "256")
 NARROW_WHY = ("256 wide, not the recipe's 384: its two 384-wide members take a lone word 1.8x as long (engine "
               "alone, int8, hbs_latn: 3.1 ms against 1.7), past the 3 ms a served word may take")
-LANG_FLAGS = {"kor": (("--source-form", "nfd", *MONOTONIC, "--max-epochs", "25", "--hidden-size", "256"),
+LANG_FLAGS = {"kor": (("--source-form", "nfd", *MONOTONIC, "--max-epochs", "25", *NARROW),
                       "Hangul syllables decomposed into their jamo: a syllable no training word has is letters the "
                       "model has seen; the monotonic output, run to the end of its 60 epochs: on its dev 20.1 with "
                       "beam 5 against 20.3 (on fre's dev, 8.6 against 8.3: not kept); the earlier, shorter "
                       "schedule: on a held-out eighth of its train file (1,038 words, trained on the rest and dev, "
-                      "seed 1), 25 epochs read 19.36 with beam 5 against 21.0 for 60; and 256 wide 19.27 against 384's 19.36 "
-                      "(384 wide, its int8 graphs lost a dev word, so it was served fp32, past 3 ms)"),
+                      "seed 1), 25 epochs read 19.36 with beam 5 against 21.0 for 60; and 256 wide 19.27 against "
+                      "384's 19.36 (384 wide, its int8 graphs lost a dev word, so it was served fp32, past 3 ms)"),
               "dut": (("--max-epochs", "25", *MONOTONIC, *NARROW),
                       "the earlier, shorter schedule (better on its dev than 60 epochs), with the monotonic output, "
                       "run to the end of its 25 epochs: on its dev 10.4 with beam 5 against 11.0; " + NARROW_WHY),
