@@ -90,7 +90,8 @@ RECIPES = {
 # test word with a syllable no training word has cannot be read at all, so its sources are decomposed
 # (NFD) and the model reads the letters. Dutch, Japanese and Georgian keep the medium recipe's earlier
 # schedule (25 epochs), as Korean does now. Serbo-Croatian and Bulgarian: a 2-layer encoder. Korean, Dutch,
-# Armenian, Vietnamese, Georgian and Hungarian: the monotonic output too. Italian, Khmer, Latvian and Maltese (low): smaller batches.
+# Armenian, Vietnamese, Georgian and Hungarian: the monotonic output too. Italian, Khmer, Latvian and
+# Maltese (low): smaller batches.
 SHORT_MEDIUM = (("--max-epochs", "25", "--hidden-size", "256"),
                 "the earlier, shorter schedule: better on its dev than 60 epochs; 256 wide, not the recipe's 384: "
                 "on a held-out eighth of its train file (998 words, trained on the rest and dev, 25 epochs), 384 "
@@ -103,6 +104,7 @@ MONOTONIC = ("--output", "monotonic")
 NARROW = ("--hidden-size", "256")
 NARROW_WHY = ("256 wide, not the recipe's 384: its two 384-wide members take a lone word 1.8x as long (engine "
               "alone, int8, hbs_latn: 3.1 ms against 1.7), past the 3 ms a served word may take")
+
 
 def small_batches(words: str, wer: str, recipe_wer: str) -> tuple[tuple[str, ...], str]:
     """A low language's batches of 8, where its held-out words chose them (2026-12-05; docs/sigmorphon.md,
