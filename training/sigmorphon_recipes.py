@@ -8,7 +8,7 @@ and building that read it are training/sigmorphon.py's.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 if TYPE_CHECKING:  # the variants live with the training that reads them
     from training.sigmorphon import Variant
@@ -107,7 +107,7 @@ NARROW_WHY = ("256 wide, not the recipe's 384: its two 384-wide members take a l
               "alone, int8, hbs_latn: 3.1 ms against 1.7), past the 3 ms a served word may take")
 
 
-def low_choice(flags: tuple[str, ...], what: str):
+def low_choice(flags: tuple[str, ...], what: str) -> Callable[[str, str, str], tuple[tuple[str, ...], str]]:
     """A low language's own flags where its held-out words chose them (2026-12-05; docs/sigmorphon.md, Tried:
     each asked on all ten under a rule written before the figures, kept where at least 2 words fewer were wrong).
     Returns a function of the question's figures: (flags, why)."""
