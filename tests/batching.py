@@ -82,6 +82,7 @@ class FakeEngine:
     tgt_vocab = ()  # answering reads it (an ARPAbet model's text has an IPA form): none here
     precision = "fp32"
     src_tokens_kind = "words"  # no compound splitting (service/answering/compound.py): one text, one source
+    prosody = None  # no prosody memory (service/engine/prosody.py)
 
     def __init__(self, clock: Clock | None = None, call_s: float = 0.0, fail_on: str | None = None):
         self.batches: list[list[str]] = []
@@ -152,6 +153,7 @@ class StepEngine:
     tgt_joiner = ""
     precision = "fp32"
     src_tokens_kind = "words"  # as FakeEngine: no compound splitting
+    prosody = None
     tgt_vocab = [chr(i) for i in range(200)]  # output id i is the symbol chr(i)
     # The real engine's length limit and results, not copies that could drift from them.
     limit = Engine.limit

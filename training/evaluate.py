@@ -59,6 +59,7 @@ def engine_hyps(engine, sources, options=None, batch_size: int = 256) -> dict[tu
     """The best output of every source through the ONNX engine, in-process, in batches sorted by
     length: the one in-process evaluation loop (export, quantize, report and --bundle use it)."""
     from service.engine.beam import beam_search
+    from service.engine.decoding import settle
     from service.domain import DecodeOptions
 
     options = options or DecodeOptions()
@@ -71,6 +72,7 @@ def engine_hyps(engine, sources, options=None, batch_size: int = 256) -> dict[tu
                                                [options.attention_top_k] * len(chunk))]
         else:
             best = beam_search(engine, chunk, options)
+        best = settle(engine, best, [options] * len(chunk))  # the bundle's prosody memory, where it has one
         hyps.update({tuple(s): h[0].output_tokens for s, h in zip(chunk, best)})
     return hyps
 

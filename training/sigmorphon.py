@@ -35,7 +35,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from training.data import REPO, read_lines
-from training.sigmorphon_recipes import BEAM, LANG_FLAGS, LANG_SEEDS, LANGS, RECIPES, TRAIN_ORDER, Recipe
+from training.sigmorphon_recipes import (BEAM, LANG_FLAGS, LANG_SEEDS, LANGS, PROSODY_MEMORY, RECIPES, TRAIN_ORDER,
+                                         Recipe)
 
 DATA = REPO / "data" / "sigmorphon-2021"
 RUNS = REPO / "runs" / "sigmorphon"
@@ -194,6 +195,29 @@ def task_wer(bundle: Path, split_file: Path, beam: int, precision: str) -> float
     return round(gold_wer([(hyps[s], g.split()) for s, g in rows])[0], 2)
 
 
+def with_memory(lang: str, bundle: Path, trained: list[tuple[str, str]]) -> bool:
+    """Write the language's prosody memory (PROSODY_MEMORY) from the pairs its model `trained` on into a bundle
+    that lacks it as the recipe asks; whether it did. The memory is the model's: the task's scores read it."""
+    from training.prosody_memory import add_memory
+
+    spec = PROSODY_MEMORY.get(lang)
+    if spec is None:
+        return False
+    has = json.loads((bundle / "manifest.json").read_text()).get("prosody_memory", {})
+    pairs = dict(spec.segment_pairs)
+    if (has.get("mark"), has.get("prefix"), has.get("pairs"), has.get("trained_words")) == (
+            spec.mark, spec.prefix, pairs, len(trained)):
+        return False
+    add_memory(bundle, trained, spec.mark, spec.prefix, pairs, spec.why)
+    return True
+
+
+def trained_pairs(lang: str) -> list[tuple[str, str]]:
+    """The pairs the language's model learned from: its train file, and dev where the recipe trains on it."""
+    f = files(lang)
+    return read_lines(f["train"]) + (read_lines(f["dev"]) if trains_on_dev(recipe_for(lang), RULES) else [])
+
+
 def keep_int8_if_free(bundle: Path) -> dict:
     """Quantize; keep the int8 graphs only where their dev WER is no worse than fp32's. A model that trained
     on dev takes the same check, on words it learned: on words held out from such models (four medium
@@ -314,6 +338,8 @@ def _build(lang: str, variant: Variant, device: str = "", train_only: bool = Fal
     wanted = [{"run": run_name(seed, alt), "flags": member_flags(lang, seed, recipe, variant, alt)}
               for seed, alt in members]
     if (target / "manifest.json").exists() and _built_as(json.loads((target / "manifest.json").read_text()), wanted):
+        if variant == RULES and with_memory(lang, target, trained_pairs(lang)):
+            rescore(lang, always=True, variant=variant)  # a memory added to the model as built: scored again
         return target  # done: the recipe asks for the members it was built from
     started = time.time()
     checkpoints = [train_seed(lang, seed, recipe, variant, alt, device) for seed, alt in members]
@@ -328,6 +354,8 @@ def _build(lang: str, variant: Variant, device: str = "", train_only: bool = Fal
         raise SystemExit(f"{lang}: parity check failed: {manifest['parity']}")
     from service.engine.engine import served_precision
 
+    if variant == RULES:
+        with_memory(lang, staging, trained_pairs(lang))
     precision = served_precision(keep_int8_if_free(staging), "auto")
     scores = task_scores(staging, lang, precision)
     manifest = {k: v for k, v in load_bundle(staging).manifest.items() if k != "files"}

@@ -7,7 +7,8 @@ from pathlib import Path
 
 from training import sigmorphon
 from training.sigmorphon import Variant
-from training.sigmorphon_recipes import BASELINE_MACRO, BEAM, LANG_FLAGS, LANG_SEEDS, LANGS, RECIPES, SUBTASKS, TARGETS
+from training.sigmorphon_recipes import (BASELINE_MACRO, BEAM, LANG_FLAGS, LANG_SEEDS, LANGS, PROSODY_MEMORY, RECIPES,
+                                         SUBTASKS, TARGETS)
 
 HEADER = """# SIGMORPHON 2021 Task 1 (multilingual G2P): our models on the task's own splits
 
@@ -127,6 +128,9 @@ def recipe_lines() -> list[str]:
     lines += ["", "A language's own flags beside its subtask's (training/sigmorphon_recipes.py LANG_FLAGS): "
               + "; ".join(f"`{lang}` `{' '.join(flags)}` ({why})" for lang, (flags, why) in sorted(LANG_FLAGS.items()))
               + "."]
+    lines += ["", "A language's prosody memory (training/sigmorphon_recipes.py PROSODY_MEMORY; service/engine/prosody.py): "
+              + "; ".join(f"`{lang}` `{m.mark}` by its first {m.prefix} characters ({m.why})"
+                          for lang, m in sorted(PROSODY_MEMORY.items())) + "."]
     if LANG_SEEDS:
         lines += ["", "A language's own seeds in place of its subtask's (training/sigmorphon_recipes.py LANG_SEEDS; several are one ensemble): "
                   + "; ".join(f"`{lang}` seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))} ({why})"
@@ -158,8 +162,8 @@ training.sigmorphon_prefix_prosody --lang kor --tag recipe`: 218 of 1,038 words 
 alone; the model writes a long vowel in 166 words where the gold has 207. 297 words begin with two
 syllables some trained word begins with; there the majority of those trained words has the word's
 length right in 278, the model in 258, and deciding length so where the model's segments are otherwise
-right would mend 28 words and break 14 (1.35 points of `kor`'s 21.0). A way for a model to read those
-neighbours is not built yet. Nor is the shortfall of long vowels a bias to shift: the same model decoding
+right would mend 28 words and break 14 (1.35 points of `kor`'s 21.0). So `kor`'s model now has a prosody
+memory that decides length so (PROSODY_MEMORY, under Recipes). Nor is the shortfall of long vowels a bias to shift: the same model decoding
 greedily with 0.25-1.5 added to the log-probability of every long-vowel segment (one-off script) read 21.92-22.64
 against 21.74 without on one half of those words (552) and 19.96-22.22 against 20.58 on the other (486).
 """

@@ -15,7 +15,7 @@ Synchronous, called from the engine thread.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -71,7 +71,34 @@ def decode_whole(engine: Engine, work: list[Work]) -> tuple[list[list[Decoded]],
     for opts, members in beams.items():
         for i, hyps in zip(members, beam_search(engine, [work[i].tokens for i in members], opts)):
             results[i] = hyps
+    decoded = [i for i, w in enumerate(work) if w.target is None]
+    for i, hyps in zip(decoded, settle(engine, [results[i] for i in decoded], [work[i].options for i in decoded])):
+        results[i] = hyps
     return results, Counts(steps, steps * len(greedy), useful, sum(len(h[0].output_ids) for h in results))
+
+
+def settle(engine: Engine, hyps: list[list[Decoded]], options: list[DecodeOptions]) -> list[list[Decoded]]:
+    """Each source's hypotheses (best first) with the bundle's prosody memory applied to the best
+    (service/engine/prosody.py); unchanged where the bundle has none. An output the memory edits is forced
+    through the model alone, so its score and attention are the model's whatever it was batched with; it
+    goes first, and the same output lower in the list is dropped."""
+    memory = engine.prosody
+    if memory is None:
+        return hyps
+    settled = []
+    for hs, opts in zip(hyps, options):
+        best = hs[0]
+        edited = memory.decide(best.src_tokens, best.output_tokens) if best.finished else None
+        if edited is None:
+            settled.append(hs)
+            continue
+        ids = engine.target_ids(edited)
+        (forced,) = force(engine, [best.src_tokens], [ids], [opts.attention_top_k])
+        alpha = opts.length_penalty_alpha  # ranked as beam.py ranks: log_prob / length ** alpha
+        rank = None if best.rank_score is None else forced.score / forced.steps ** alpha if alpha else forced.score
+        settled.append([replace(forced, token_log_probs=None, rank_score=rank),
+                        *(h for h in hs[1:] if h.output_ids != ids)])
+    return settled
 
 
 @dataclass
@@ -81,6 +108,7 @@ class _Row:
     key: Any  # the caller's handle for it
     tokens: list[str]
     limit: int
+    options: DecodeOptions
     ids: list[int] = field(default_factory=list)
     attn: list[np.ndarray] = field(default_factory=list)  # one (S,) row per step; none without attention
     score: float = 0.0
@@ -114,7 +142,8 @@ class StepBatch:
         new = self.engine.encode([tokens for _, tokens, _ in joining],
                                  [options.attention_top_k for _, _, options in joining])
         self.running = new if not self.rows else Running.concat(self.running, new)
-        self.rows += [_Row(key, tokens, self.engine.limit(options.max_output_len)) for key, tokens, options in joining]
+        self.rows += [_Row(key, tokens, self.engine.limit(options.max_output_len), options)
+                      for key, tokens, options in joining]
 
     def step(self) -> list[tuple[Any, Decoded]]:
         """One decoder step for every row; returns the (key, result) of each row that ended, which leaves."""
@@ -133,7 +162,8 @@ class StepBatch:
                 S = len(row.tokens)
                 rows_attn = np.stack([a[:S] for a in row.attn]) if row.attn else None
                 self_attn = None if self.running.self_attn is None else self.running.self_attn[i]
-                finished.append((row.key, engine.result(row.tokens, row.ids, rows_attn, row.score, self_attn)))
+                decoded = engine.result(row.tokens, row.ids, rows_attn, row.score, self_attn)
+                finished.append((row.key, settle(engine, [[decoded]], [row.options])[0][0]))
             else:
                 keep.append(i)
         if finished:

@@ -25,6 +25,7 @@ import onnxruntime as ort
 
 from service.config import EngineConfig
 from service.domain import Decoded
+from service.engine import prosody
 from service.engine.bundle import Bundle
 from service.engine.loop_graph import STATE_NAMES, build_greedy_loop, soft_only
 
@@ -223,6 +224,7 @@ class Engine:
         self.has_attention = "attn" in self._dec_outputs
         self.attention_modes: tuple[str, ...] = (
             ("soft", "hard", "topk") if "top_k" in self._dec_inputs else ("soft",) if self.has_attention else ())
+        self.prosody = prosody.load(m, bundle.path)  # applied after decoding: decoding.py settle
 
     def normalize(self, text: str) -> str:
         return NORMALIZATIONS[self.normalization](text)

@@ -1,0 +1,70 @@
+"""A bundle's prosody memory: a mark the spelling does not show, decided by the trained words a new word begins like.
+
+Korean writes no vowel length, and its IPA marks it (ː) on a word's first vowel only; it is lexical, a
+model learns it as a lottery, but words that share their first syllables often share it (a Sino-Korean
+morpheme). So where a bundle has a memory (the manifest's `prosody_memory`, written by
+training/prosody_memory.py from the pairs the model trained on), the mark of the first segment of an output
+that can carry it is what most trained words beginning with the same `prefix` characters have; where none
+begins so, or as many have it as not, the model's output stands. decoding.py `settle` applies it after
+decoding, and the edited output is rescored by teacher forcing: its score and attention are the model's.
+
+Free of onnxruntime and of the engine: data and one pure decision.
+"""
+from __future__ import annotations
+
+import unicodedata
+from dataclasses import dataclass
+from pathlib import Path
+
+FILE = "prosody_memory.tsv"  # prefix<TAB>1 (most trained words beginning so carry the mark) or 0
+
+
+@dataclass(frozen=True)
+class ProsodyMemory:
+    mark: str  # the prosodic mark decided, e.g. "ː"
+    prefix: int  # source characters (NFC) a trained word must share with the word
+    marked: dict[str, bool]  # prefix -> whether most trained words beginning with it carry the mark (ties absent)
+    with_mark: dict[str, str]  # output segment -> the same segment with the mark (see markable)
+    carrying: frozenset[str]  # every output segment with the mark (some have no bare form: left as they are)
+
+    def key(self, src_tokens: list[str]) -> str | None:
+        """The word's first `prefix` characters, NFC (a Hangul syllable, however the model reads it)."""
+        key = unicodedata.normalize("NFC", "".join(src_tokens))[:self.prefix]
+        return key if len(key) == self.prefix else None
+
+    def decide(self, src_tokens: list[str], output_tokens: list[str]) -> list[str] | None:
+        """The output with its first markable segment marked as the memory says, or None where it stays."""
+        key = self.key(src_tokens)
+        want = self.marked.get(key) if key is not None else None
+        if want is None:
+            return None
+        without = {marked: bare for bare, marked in self.with_mark.items()}
+        for i, segment in enumerate(output_tokens):
+            if segment in self.with_mark or segment in self.carrying:
+                if (segment in self.carrying) == want:
+                    return None
+                edited = self.with_mark[segment] if want else without.get(segment)
+                return None if edited is None else [*output_tokens[:i], edited, *output_tokens[i + 1:]]
+        return None
+
+
+def markable(tgt_vocab: list[str], mark: str, pairs: dict[str, str] | None = None) -> dict[str, str]:
+    """segment -> segment with the mark: the vocabulary's marked segments whose bare form is in it too, and
+    `pairs` (a language's own, where the marked vowel's quality differs: Korean ʌ̹ long is ɘː)."""
+    vocab = set(tgt_vocab)
+    found = {t.replace(mark, ""): t for t in tgt_vocab if mark in t and t.replace(mark, "") in vocab}
+    return {**found, **{bare: marked for bare, marked in (pairs or {}).items() if {bare, marked} <= vocab}}
+
+
+def load(manifest: dict, path: Path) -> ProsodyMemory | None:
+    """The bundle's memory, or None where its manifest has none."""
+    spec = manifest.get("prosody_memory")
+    if not spec:
+        return None
+    marked = {}
+    for line in (Path(path) / FILE).read_text(encoding="utf-8").splitlines():
+        prefix, vote = line.split("\t")
+        marked[prefix] = vote == "1"
+    vocab, mark = manifest["tgt_vocab"], spec["mark"]
+    return ProsodyMemory(mark, int(spec["prefix"]), marked, markable(vocab, mark, spec.get("pairs")),
+                         frozenset(t for t in vocab if mark in t))
