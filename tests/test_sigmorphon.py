@@ -270,3 +270,10 @@ def test_a_memory_of_trained_prefixes_is_scored_against_the_model_on_held_out_wo
     counts = prefix_prosody(trained, held, hyps)
     assert counts == {"words": 3, "wrong": 2, "prosody_only": 1, "covered": 2, "majority_right": 2, "model_right": 1,
                       "would_mend": 1, "would_break": 0, "gold_marked": 1, "model_marked": 0}
+
+
+def test_profile_step_times_a_recipes_member_and_names_its_operators():
+    from training.profile_step import profile
+
+    mean_ms, table = profile("ady", steps=1, warm=1)
+    assert mean_ms > 0 and "aten::" in table and "Self CPU" in table

@@ -107,7 +107,10 @@ def cost_lines() -> list[str]:
             f"runs' own minutes, from the manifests), so about {minutes / 120:.1f} hours on 2 cores: more than "
             "the background of a 3-hour session, which the task asked it to fit. The models are committed and "
             "`make sigmorphon` trains only what is missing; a lent GPU trains the members in minutes "
-            "(docs/training.md).", ""]
+            "(docs/training.md). Nor would a leaner training loop make it fit: a step of a 384-wide medium model is "
+            "arithmetic, the RNNs' forward and backward (oneDNN) about half of it and matrix products a tenth "
+            "(`python -m training.profile_step --lang arm_e`), so only less arithmetic (narrower models or fewer "
+            "epochs, each measured worse on held-out words, Tried) or a GPU shortens it.", ""]
 
 
 def recipe_lines() -> list[str]:

@@ -260,14 +260,8 @@ def train_epoch(step_model, opt, tcfg: TrainConfig, train_ids, batches, sched: S
             for g in opt.param_groups:
                 g["lr"] = cosine_lr(tcfg, sched.step, sched.last_step)
             sched.step += 1
-        src, src_len, tgt_in, tgt_out = (t.to(dist.device) for t in collate([train_ids[i] for i in idx]))
-        logits = step_model(src, src_len, tgt_in)  # (B, T, V)
-        loss = F.cross_entropy(logits.flatten(0, 1), tgt_out.flatten(), ignore_index=PAD_ID,
-                               label_smoothing=tcfg.label_smoothing)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(step_model.parameters(), tcfg.clip_grad_norm)
-        opt.step()
+        batch = (t.to(dist.device) for t in collate([train_ids[i] for i in idx]))
+        loss = learn_from(step_model, opt, tcfg, *batch)
         total, count = total + loss.item(), count + 1
         bar.set_postfix(loss=f"{total / count:.3f}", best_dev_wer=best_label, refresh=False)
         if stop_now():
@@ -275,6 +269,18 @@ def train_epoch(step_model, opt, tcfg: TrainConfig, train_ids, batches, sched: S
             break
     total, count = distributed.sum_all([total, count], dist)
     return total / count, stopped
+
+
+def learn_from(step_model, opt, tcfg: TrainConfig, src, src_len, tgt_in, tgt_out) -> torch.Tensor:
+    """One optimizer step on one batch (collate's tensors); its loss."""
+    logits = step_model(src, src_len, tgt_in)  # (B, T, V)
+    loss = F.cross_entropy(logits.flatten(0, 1), tgt_out.flatten(), ignore_index=PAD_ID,
+                           label_smoothing=tcfg.label_smoothing)
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(step_model.parameters(), tcfg.clip_grad_norm)
+    opt.step()
+    return loss
 
 
 def dev_score(model: Seq2Seq, dev_refs: dict, src_vocab: Vocab, tgt_vocab: Vocab, max_len: int,
