@@ -14,7 +14,7 @@ VOCAB = ["a", "aː", "e", "eː", "ʌ", "ɘː", "ɛː", "k", "n"]
 
 
 def memory(marked: dict[str, bool]) -> ProsodyMemory:
-    return ProsodyMemory("ː", 2, marked, markable(VOCAB, "ː", {"ʌ": "ɘː"}), frozenset(t for t in VOCAB if "ː" in t))
+    return ProsodyMemory("ː", (3, 2), marked, markable(VOCAB, "ː", {"ʌ": "ɘː"}), frozenset(t for t in VOCAB if "ː" in t))
 
 
 def test_markable_pairs_segments_differing_by_the_mark_and_the_given_ones():
@@ -38,14 +38,17 @@ def test_decide(output, marked, expected):
 def test_the_key_is_nfc_whatever_the_model_reads():
     jamo = list("\u1100\u1161\u1102\u1161")  # 가나 as the jamo an NFD model reads
     assert memory({"가나": True}).key(jamo) == "가나"
-    assert memory({}).key(list("가")) is None  # shorter than the prefix: no decision
+    assert memory({"가나": True}).key(list("가")) is None  # shorter than any beginning with a vote: no decision
+    assert memory({"가나다": False, "가나": True}).key(list("가나다라")) == "가나다"  # the longest first
+    assert memory({"가나다": False, "가나": True}).decide(list("가나라"), ["k", "a"]) == ["k", "aː"]  # else shorter
 
 
 def test_votes_leave_ties_to_the_model_and_the_place_is_checked():
     from training.prosody_memory import place_checked, votes
 
     pairs = [("가나다", "k aː n a"), ("가나무", "k aː n a m u"), ("가나", "k a n a"), ("나라다", "n aː"), ("나라", "n a")]
-    assert votes(pairs, "ː", 2) == {"가나": True}  # 나라: one each, a tie, left out
+    assert votes(pairs, "ː", (2,)) == {"가나": True}  # 나라: one each, a tie, left out
+    assert votes(pairs, "ː", (3, 1))["가"] and "나" not in votes(pairs, "ː", (3, 1))  # 나: a tie again
     place_checked(pairs, "ː", {"a": "aː"})
     with pytest.raises(ValueError, match="not only on the first"):
         place_checked([("가나", "k a n aː")], "ː", {"a": "aː"})
@@ -56,8 +59,8 @@ def test_add_memory_writes_a_bundle_the_server_verifies(tmp_path):
     from training.prosody_memory import add_memory
 
     write_manifest(tmp_path, {"tgt_vocab": VOCAB, "data": {"src_tokens": "chars"}})
-    spec = add_memory(tmp_path, [("가나다", "k aː n"), ("가나", "k aː")], "ː", 2, {"ʌ": "ɘː"})
-    assert spec["prefixes"] == 1 and spec["pairs"] == {"ʌ": "ɘː"}
+    spec = add_memory(tmp_path, [("가나다", "k aː n"), ("가나", "k aː")], "ː", (2,), {"ʌ": "ɘː"})
+    assert spec["entries"] == 1 and spec["pairs"] == {"ʌ": "ɘː"}
     bundle = load_bundle(tmp_path)  # the memory's file is in the manifest's sha256 list
     assert load(bundle.manifest, bundle.path).marked == {"가나": True}
 
@@ -129,4 +132,5 @@ def test_shipped_memory_is_the_recipes():
     from training.sigmorphon_recipes import PROSODY_MEMORY
 
     spec = PROSODY_MEMORY["kor"]
-    assert (manifest["prosody_memory"]["mark"], manifest["prosody_memory"]["prefix"]) == (spec.mark, spec.prefix)
+    assert (manifest["prosody_memory"]["mark"], manifest["prosody_memory"]["prefixes"]) == (
+        spec.mark, list(spec.prefixes))

@@ -1,9 +1,10 @@
 """Write a bundle's prosody memory (service/engine/prosody.py) from the pairs its model trained on.
 
-    python -m training.prosody_memory --bundle models/g2p-kor/1 --pairs kor_train.tsv kor_dev.tsv --mark ː
+    python -m training.prosody_memory --bundle models/g2p-kor/1 --pairs kor_train.tsv kor_dev.tsv --mark ː \
+        --prefixes 3 2 1 --segment-pair ʌ̹ ɘː
 
-For each `prefix` characters (NFC) that trained words begin with, whether most of them carry the mark (a
-tie writes nothing: the model decides). Refused where the data does not fix the mark's place: every
+For each beginning of `prefixes` characters (NFC) that trained words have, whether most of them carry the
+mark (a tie writes nothing: a shorter beginning, or the model, decides). Refused where the data does not fix the mark's place: every
 trained output with the mark must have it on its first segment that can carry it (Korean length: the
 first vowel), since that is where the engine puts it.
 """
@@ -34,17 +35,18 @@ def place_checked(pairs: list[tuple[str, str]], mark: str, with_mark: dict[str, 
                              f"first that can carry it ({first}); a memory would put it elsewhere")
 
 
-def votes(pairs: list[tuple[str, str]], mark: str, prefix: int) -> dict[str, bool]:
-    """prefix -> whether most trained words beginning with it carry the mark (ties left out)."""
+def votes(pairs: list[tuple[str, str]], mark: str, prefixes: tuple[int, ...]) -> dict[str, bool]:
+    """beginning -> whether most trained words beginning so carry the mark (ties left out), for each length."""
     counts: dict[str, Counter] = defaultdict(Counter)
     for src, tgt in pairs:
-        key = unicodedata.normalize("NFC", src)[:prefix]
-        if len(key) == prefix:
-            counts[key][mark in tgt] += 1
+        word = unicodedata.normalize("NFC", src)
+        for n in prefixes:
+            if len(word) >= n:
+                counts[word[:n]][mark in tgt] += 1
     return {key: c[True] > c[False] for key, c in sorted(counts.items()) if c[True] != c[False]}
 
 
-def add_memory(bundle: Path, pairs: list[tuple[str, str]], mark: str, prefix: int,
+def add_memory(bundle: Path, pairs: list[tuple[str, str]], mark: str, prefixes: tuple[int, ...],
                segment_pairs: dict[str, str] | None = None, why: str = "") -> dict:
     """Write the memory into the bundle and its manifest; the manifest's `prosody_memory`. segment_pairs:
     bare -> marked segments beyond those that differ by the mark alone (prosody.markable)."""
@@ -55,10 +57,12 @@ def add_memory(bundle: Path, pairs: list[tuple[str, str]], mark: str, prefix: in
     if not with_mark:
         raise ValueError(f"no segment of the output vocabulary carries {mark!r} beside its bare form")
     place_checked(pairs, mark, with_mark)
-    decided = votes(pairs, mark, prefix)
+    prefixes = tuple(sorted(prefixes, reverse=True))
+    decided = votes(pairs, mark, prefixes)
     (bundle / FILE).write_text("".join(f"{k}\t{int(v)}\n" for k, v in decided.items()), encoding="utf-8")
-    spec = {"mark": mark, "prefix": prefix, "pairs": segment_pairs or {}, "file": FILE, "trained_words": len(pairs),
-            "prefixes": len(decided), "why": why or "words that share their first characters often share the mark"}
+    spec = {"mark": mark, "prefixes": list(prefixes), "pairs": segment_pairs or {}, "file": FILE,
+            "trained_words": len(pairs), "entries": len(decided),
+            "why": why or "words that share their first characters often share the mark"}
     write_manifest(bundle, {**manifest, "prosody_memory": spec})
     return spec
 
@@ -68,12 +72,12 @@ def main(argv=None):
     p.add_argument("--bundle", type=Path, required=True)
     p.add_argument("--pairs", type=Path, nargs="+", required=True, help="source<TAB>target files the model trained on")
     p.add_argument("--mark", default="ː")
-    p.add_argument("--prefix", type=int, default=2)
+    p.add_argument("--prefixes", type=int, nargs="+", default=[2], help="beginnings' lengths, tried longest first")
     p.add_argument("--segment-pair", nargs=2, action="append", default=[], metavar=("BARE", "MARKED"),
                    help="a bare segment and its marked form where they differ by more than the mark")
     args = p.parse_args(argv)
     pairs = [pair for path in args.pairs for pair in read_lines(path)]
-    print(json.dumps(add_memory(args.bundle, pairs, args.mark, args.prefix, dict(args.segment_pair)),
+    print(json.dumps(add_memory(args.bundle, pairs, args.mark, tuple(args.prefixes), dict(args.segment_pair)),
                      ensure_ascii=False))
 
 

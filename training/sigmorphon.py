@@ -205,10 +205,10 @@ def with_memory(lang: str, bundle: Path, trained: list[tuple[str, str]]) -> bool
         return False
     has = json.loads((bundle / "manifest.json").read_text()).get("prosody_memory", {})
     pairs = dict(spec.segment_pairs)
-    if (has.get("mark"), has.get("prefix"), has.get("pairs"), has.get("trained_words")) == (
-            spec.mark, spec.prefix, pairs, len(trained)):
+    if (has.get("mark"), has.get("prefixes"), has.get("pairs"), has.get("trained_words"), has.get("why")) == (
+            spec.mark, list(spec.prefixes), pairs, len(trained), spec.why):
         return False
-    add_memory(bundle, trained, spec.mark, spec.prefix, pairs, spec.why)
+    add_memory(bundle, trained, spec.mark, spec.prefixes, pairs, spec.why)
     return True
 
 

@@ -132,7 +132,7 @@ def recipe_lines() -> list[str]:
               + "; ".join(f"`{lang}` `{' '.join(flags)}` ({why})" for lang, (flags, why) in sorted(LANG_FLAGS.items()))
               + "."]
     lines += ["", "A language's prosody memory (training/sigmorphon_recipes.py PROSODY_MEMORY; service/engine/prosody.py): "
-              + "; ".join(f"`{lang}` `{m.mark}` by its first {m.prefix} characters ({m.why})"
+              + "; ".join(f"`{lang}` `{m.mark}` by its first {', else '.join(map(str, m.prefixes))} characters ({m.why})"
                           for lang, m in sorted(PROSODY_MEMORY.items())) + "."]
     if LANG_SEEDS:
         lines += ["", "A language's own seeds in place of its subtask's (training/sigmorphon_recipes.py LANG_SEEDS; several are one ensemble): "

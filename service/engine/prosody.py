@@ -4,7 +4,8 @@ Korean writes no vowel length, and its IPA marks it (ː) on a word's first vowel
 model learns it as a lottery, but words that share their first syllables often share it (a Sino-Korean
 morpheme). So where a bundle has a memory (the manifest's `prosody_memory`, written by
 training/prosody_memory.py from the pairs the model trained on), the mark of the first segment of an output
-that can carry it is what most trained words beginning with the same `prefix` characters have; where none
+that can carry it is what most trained words beginning with the same characters have: as many as `prefixes`
+allows, the longest first (Korean: 3, 2, then 1 syllable) where most of those trained words agree; where none
 begins so, or as many have it as not, the model's output stands. decoding.py `settle` applies it after
 decoding, and the edited output is rescored by teacher forcing: its score and attention are the model's.
 
@@ -16,28 +17,29 @@ import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 
-FILE = "prosody_memory.tsv"  # prefix<TAB>1 (most trained words beginning so carry the mark) or 0
+FILE = "prosody_memory.tsv"  # a word's beginning<TAB>1 (most trained words beginning so carry the mark) or 0
 
 
 @dataclass(frozen=True)
 class ProsodyMemory:
     mark: str  # the prosodic mark decided, e.g. "ː"
-    prefix: int  # source characters (NFC) a trained word must share with the word
-    marked: dict[str, bool]  # prefix -> whether most trained words beginning with it carry the mark (ties absent)
+    prefixes: tuple[int, ...]  # how many first characters (NFC) a trained word shares with the word, longest first
+    marked: dict[str, bool]  # beginning -> whether most trained words beginning so carry the mark (ties absent)
     with_mark: dict[str, str]  # output segment -> the same segment with the mark (see markable)
     carrying: frozenset[str]  # every output segment with the mark (some have no bare form: left as they are)
 
     def key(self, src_tokens: list[str]) -> str | None:
-        """The word's first `prefix` characters, NFC (a Hangul syllable, however the model reads it)."""
-        key = unicodedata.normalize("NFC", "".join(src_tokens))[:self.prefix]
-        return key if len(key) == self.prefix else None
+        """The longest beginning of the word (NFC: a Hangul syllable, however the model reads it) the memory
+        has a vote for, or None."""
+        word = unicodedata.normalize("NFC", "".join(src_tokens))
+        return next((word[:n] for n in self.prefixes if len(word) >= n and word[:n] in self.marked), None)
 
     def decide(self, src_tokens: list[str], output_tokens: list[str]) -> list[str] | None:
         """The output with its first markable segment marked as the memory says, or None where it stays."""
         key = self.key(src_tokens)
-        want = self.marked.get(key) if key is not None else None
-        if want is None:
+        if key is None:
             return None
+        want = self.marked[key]
         without = {marked: bare for bare, marked in self.with_mark.items()}
         for i, segment in enumerate(output_tokens):
             if segment in self.with_mark or segment in self.carrying:
@@ -63,8 +65,8 @@ def load(manifest: dict, path: Path) -> ProsodyMemory | None:
         return None
     marked = {}
     for line in (Path(path) / FILE).read_text(encoding="utf-8").splitlines():
-        prefix, vote = line.split("\t")
-        marked[prefix] = vote == "1"
+        beginning, vote = line.split("\t")
+        marked[beginning] = vote == "1"
     vocab, mark = manifest["tgt_vocab"], spec["mark"]
-    return ProsodyMemory(mark, int(spec["prefix"]), marked, markable(vocab, mark, spec.get("pairs")),
+    return ProsodyMemory(mark, tuple(sorted(spec["prefixes"], reverse=True)), marked, markable(vocab, mark, spec.get("pairs")),
                          frozenset(t for t in vocab if mark in t))
