@@ -28,6 +28,11 @@ class ProsodyMemory:
     with_mark: dict[str, str]  # output segment -> the same segment with the mark (see markable)
     carrying: frozenset[str]  # every output segment with the mark (some have no bare form: left as they are)
 
+    @property
+    def without_mark(self) -> dict[str, str]:
+        """marked segment -> its bare form (with_mark turned round)."""
+        return {marked: bare for bare, marked in self.with_mark.items()}
+
     def key(self, src_tokens: list[str]) -> str | None:
         """The longest beginning of the word (NFC: a Hangul syllable, however the model reads it) the memory
         has a vote for, or None."""
@@ -40,12 +45,11 @@ class ProsodyMemory:
         if key is None:
             return None
         want = self.marked[key]
-        without = {marked: bare for bare, marked in self.with_mark.items()}
         for i, segment in enumerate(output_tokens):
             if segment in self.with_mark or segment in self.carrying:
                 if (segment in self.carrying) == want:
                     return None
-                edited = self.with_mark[segment] if want else without.get(segment)
+                edited = self.with_mark[segment] if want else self.without_mark.get(segment)
                 return None if edited is None else [*output_tokens[:i], edited, *output_tokens[i + 1:]]
         return None
 
