@@ -202,6 +202,10 @@ def test_a_recipe_question_is_asked_on_a_held_out_eighth_no_member_trained_on(ta
     stamp = (run / "best.pt").stat().st_mtime_ns
     assert sigmorphon_heldout.ask("tiny", "wider", [1, 2], ["--hidden-size", "24"], runs=task / "heldout") == result
     assert (run / "best.pt").stat().st_mtime_ns == stamp  # asked again: scored again, not trained again
+    base = sigmorphon_heldout.ask("tiny", "base", [1, 2], [], runs=task / "heldout")
+    compared = sigmorphon_heldout.against(result, "base", runs=task / "heldout")
+    wrong = [round(r["heldout_beam5_fp32"] * len(held) / 100) for r in (result, base)]
+    assert (compared["wrong"], compared["against_wrong"], compared["fewer_wrong"]) == (*wrong, wrong[1] - wrong[0])
 
 
 def test_transfer_models_pretrain_on_the_other_languages_and_get_a_row_of_their_own(task, monkeypatch):

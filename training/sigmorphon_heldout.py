@@ -8,7 +8,9 @@ docs/sigmorphon.md ("Tried") hold out an eighth of each train file (a source is 
 int(md5(source).hexdigest(), 16) % 8 == 0, the same words every time), train the language's members on
 the rest (and dev, where the recipe trains on it) with the recipe's flags, the language's own and the
 flags after `--`, and score the held-out words with the task's scorer through the engine (beam 5, fp32),
-several seeds as one ensemble. Write the rule before reading a figure. Runs go to
+several seeds as one ensemble. Write the rule before reading a figure, and compare with the recipe retrained
+in the same session on the same split (`--tag base`, then `--against base`): a figure recorded on another day
+may not reproduce exactly (docs/sigmorphon.md, Tried). Runs go to
 runs/sigmorphon-heldout/<lang>/<tag>/, each language's figure to its result.json there; the test file is
 never read.
 """
@@ -73,15 +75,30 @@ def ask(lang: str, tag: str, seeds: list[int], extra: list[str], runs: Path = RU
     return result
 
 
+def against(result: dict, tag: str, runs: Path = RUNS) -> dict:
+    """The question's held-out words wrong beside another tag's on the same words (the recipe retrained in the same
+    session, say: a figure recorded on another day may not reproduce), and how many fewer."""
+    other = json.loads((runs / result["lang"] / tag / "result.json").read_text())
+    key, words = f"heldout_beam{BEAM}_fp32", result["heldout_words"]
+    wrong, other_wrong = (round(r[key] * words / 100) for r in (result, other))
+    return {"lang": result["lang"], "tag": result["tag"], "against": tag, "words": words, "wrong": wrong,
+            "against_wrong": other_wrong, "fewer_wrong": other_wrong - wrong}
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--langs", nargs="+", choices=sorted(LANGS), required=True)
     p.add_argument("--tag", required=True, help="the runs' folder name: one per question asked")
     p.add_argument("--seeds", nargs="+", type=int, default=[1], help="several: one ensemble")
+    p.add_argument("--against", metavar="TAG", help="print each language's words wrong beside this tag's, asked "
+                   "before on the same split (the recipe retrained the same session: --tag base)")
     p.add_argument("flags", nargs="*", help="after --: python -m training.train flags beside the recipe's")
     args = p.parse_args(argv)
     for lang in args.langs:
-        print(json.dumps(ask(lang, args.tag, args.seeds, args.flags)), flush=True)
+        result = ask(lang, args.tag, args.seeds, args.flags)
+        print(json.dumps(result), flush=True)
+        if args.against:
+            print(json.dumps(against(result, args.against)), flush=True)
 
 
 if __name__ == "__main__":
