@@ -212,10 +212,12 @@ def with_memory(lang: str, bundle: Path, trained: list[tuple[str, str]]) -> bool
     return True
 
 
-def trained_pairs(lang: str) -> list[tuple[str, str]]:
-    """The pairs the language's model learned from: its train file, and dev where the recipe trains on it."""
+def trained_pairs(lang: str, train: Path | None = None) -> list[tuple[str, str]]:
+    """The pairs the language's model learned from: its train file (or `train`, a held-out question's rest of
+    it), and dev where the recipe trains on it."""
     f = files(lang)
-    return read_lines(f["train"]) + (read_lines(f["dev"]) if trains_on_dev(recipe_for(lang), RULES) else [])
+    dev = read_lines(f["dev"]) if trains_on_dev(recipe_for(lang), RULES) else []
+    return read_lines(train or f["train"]) + dev
 
 
 def keep_int8_if_free(bundle: Path) -> dict:

@@ -23,8 +23,8 @@ import sys
 from pathlib import Path
 
 from training.data import REPO, read_lines
-from training.sigmorphon import (RULES, _train_flags, files, recipe_for, run_training, task_wer, trains_on_dev,
-                                 with_memory)
+from training.sigmorphon import (RULES, _train_flags, files, recipe_for, run_training, task_wer, trained_pairs,
+                                 trains_on_dev, with_memory)
 from training.sigmorphon_recipes import BEAM, LANGS
 
 RUNS = REPO / "runs" / "sigmorphon-heldout"
@@ -67,8 +67,7 @@ def ask(lang: str, tag: str, seeds: list[int], extra: list[str], runs: Path = RU
     bundle = out / "bundle" / "1"
     build_bundle(checkpoints if len(checkpoints) > 1 else checkpoints[0], bundle, f"{lang}-{tag}", "1",
                  parity_words=50, lexicon=False)
-    dev = read_lines(files(lang)["dev"]) if trains_on_dev(recipe_for(lang), RULES) else []
-    with_memory(lang, bundle, read_lines(rest) + dev)  # the language's prosody memory, where the recipe has one
+    with_memory(lang, bundle, trained_pairs(lang, rest))  # the language's prosody memory, where the recipe has one
     result = {"lang": lang, "tag": tag, "seeds": seeds, "flags": extra, "heldout_words": len(read_lines(held)),
               f"heldout_beam{BEAM}_fp32": task_wer(bundle, held, BEAM, "fp32")}
     (out / "result.json").write_text(json.dumps(result) + "\n")

@@ -72,5 +72,5 @@ def load(manifest: dict, path: Path) -> ProsodyMemory | None:
         beginning, vote = line.split("\t")
         marked[beginning] = vote == "1"
     vocab, mark = manifest["tgt_vocab"], spec["mark"]
-    return ProsodyMemory(mark, tuple(sorted(spec["prefixes"], reverse=True)), marked, markable(vocab, mark, spec.get("pairs")),
-                         frozenset(t for t in vocab if mark in t))
+    return ProsodyMemory(mark, tuple(sorted(spec["prefixes"], reverse=True)), marked,
+                         markable(vocab, mark, spec.get("pairs")), frozenset(t for t in vocab if mark in t))
