@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import unicodedata
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 FILE = "prosody_memory.tsv"  # a word's beginning<TAB>1 (most trained words beginning so carry the mark) or 0
@@ -28,9 +29,9 @@ class ProsodyMemory:
     with_mark: dict[str, str]  # output segment -> the same segment with the mark (see markable)
     carrying: frozenset[str]  # every output segment with the mark (some have no bare form: left as they are)
 
-    @property
+    @cached_property
     def without_mark(self) -> dict[str, str]:
-        """marked segment -> its bare form (with_mark turned round)."""
+        """marked segment -> its bare form (with_mark turned round): built once, not on every word decided."""
         return {marked: bare for bare, marked in self.with_mark.items()}
 
     def key(self, src_tokens: list[str]) -> str | None:
