@@ -69,7 +69,7 @@ def test_a_language_is_trained_exported_scored_and_tabled_and_resumes_without_tr
     sigmorphon_table.write_table(doc)
     row = next(line for line in doc.read_text(encoding="utf-8").splitlines() if "`g2p-tiny`" in line)
     assert f"| {scores['test']['greedy']:.2f} |" in row and "| 20.00 |" in row
-    assert "`tiny` seeds 1, 2 (two seeds beat one on its dev)" in doc.read_text(encoding="utf-8")
+    assert "| `tiny` | 1, 2 | two seeds beat one on its dev |" in doc.read_text(encoding="utf-8")
     hours = sum(m["history"][-1]["minutes"] for m in manifest["training"]["members"]) / 60
     assert f"Training: 2 runs, {hours:.1f} hours in all" in doc.read_text(encoding="utf-8")
 

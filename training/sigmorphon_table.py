@@ -128,16 +128,17 @@ def recipe_lines() -> list[str]:
     lines.append(f"- **low, pretrained** (its own row; training/sigmorphon_transfer.py): one model pretrained with "
                  f"`{' '.join(PRETRAIN_FLAGS)}`, then the low recipe's seeds (not its alt_flags members) from it with `--init-from`, "
                  f"`--init-vocab by-symbol` and `--output context` (made before the low recipe's monotonic output)")
-    lines += ["", "A language's own flags beside its subtask's (training/sigmorphon_recipes.py LANG_FLAGS): "
-              + "; ".join(f"`{lang}` `{' '.join(flags)}` ({why})" for lang, (flags, why) in sorted(LANG_FLAGS.items()))
-              + "."]
-    lines += ["", "A language's prosody memory (training/sigmorphon_recipes.py PROSODY_MEMORY; service/engine/prosody.py): "
-              + "; ".join(f"`{lang}` `{m.mark}` by its first {', else '.join(map(str, m.prefixes))} characters ({m.why})"
-                          for lang, m in sorted(PROSODY_MEMORY.items())) + "."]
+    lines += ["", "A language's own flags beside its subtask's (training/sigmorphon_recipes.py LANG_FLAGS; the later "
+              "flag wins):", "", "| language | own flags | why |", "|---|---|---|"]
+    lines += [f"| `{lang}` | `{' '.join(flags)}` | {why} |" for lang, (flags, why) in sorted(LANG_FLAGS.items())]
+    lines += ["", "A language's prosody memory (training/sigmorphon_recipes.py PROSODY_MEMORY; service/engine/prosody.py):",
+              "", "| language | mark | by its first ... characters | why |", "|---|---|---|---|"]
+    lines += [f"| `{lang}` | `{m.mark}` | {', else '.join(map(str, m.prefixes))} | {m.why} |"
+              for lang, m in sorted(PROSODY_MEMORY.items())]
     if LANG_SEEDS:
-        lines += ["", "A language's own seeds in place of its subtask's (training/sigmorphon_recipes.py LANG_SEEDS; several are one ensemble): "
-                  + "; ".join(f"`{lang}` seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))} ({why})"
-                              for lang, (seeds, why) in sorted(LANG_SEEDS.items())) + "."]
+        lines += ["", "A language's own seeds in place of its subtask's (training/sigmorphon_recipes.py LANG_SEEDS; "
+                  "several are one ensemble):", "", "| language | seeds | why |", "|---|---|---|"]
+        lines += [f"| `{lang}` | {', '.join(map(str, seeds))} | {why} |" for lang, (seeds, why) in sorted(LANG_SEEDS.items())]
     return lines + [""]
 
 
