@@ -110,7 +110,11 @@ def cost_lines() -> list[str]:
             "(docs/training.md). Nor would a leaner training loop make it fit: a step of a 384-wide medium model is "
             "arithmetic, the RNNs' forward and backward (oneDNN) about half of it and matrix products a tenth "
             "(`python -m training.profile_step --lang arm_e`), so only less arithmetic (narrower models or fewer "
-            "epochs, each measured worse on held-out words, Tried) or a GPU shortens it.", ""]
+            "epochs, each measured worse on held-out words, Tried) or a GPU shortens it. Dropout's random masks "
+            "(`bernoulli_`) are about a twelfth of the step. Nor would bfloat16 do it: on an AVX-512 BF16 host, "
+            "`torch.autocast` in bf16 took that step (`arm_e`, one thread) 94-108 ms against fp32's 121-129 "
+            "(2026-12-05, one-off script, two runs each), a fifth off where the budget needs about half, and "
+            "trained in other rounding than the committed models.", ""]
 
 
 def recipe_lines() -> list[str]:
