@@ -117,6 +117,12 @@ def cost_lines() -> list[str]:
             "trained in other rounding than the committed models.", ""]
 
 
+def _table(intro: str, header: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[str]:
+    """A paragraph's lines: its intro, then a markdown table of one row per language."""
+    return ["", intro, "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header),
+            *("| " + " | ".join(row) + " |" for row in rows)]
+
+
 def recipe_lines() -> list[str]:
     lines = ["## Recipes", "", "Each subtask's `python -m training.train` flags (training/sigmorphon_recipes.py RECIPES); several "
              "seeds are exported as their ensemble (a model's `members`); each manifest keeps its own train_config.", ""]
@@ -132,17 +138,17 @@ def recipe_lines() -> list[str]:
     lines.append(f"- **low, pretrained** (its own row; training/sigmorphon_transfer.py): one model pretrained with "
                  f"`{' '.join(PRETRAIN_FLAGS)}`, then the low recipe's seeds (not its alt_flags members) from it with `--init-from`, "
                  f"`--init-vocab by-symbol` and `--output context` (made before the low recipe's monotonic output)")
-    lines += ["", "A language's own flags beside its subtask's (training/sigmorphon_recipes.py LANG_FLAGS; the later "
-              "flag wins):", "", "| language | own flags | why |", "|---|---|---|"]
-    lines += [f"| `{lang}` | `{' '.join(flags)}` | {why} |" for lang, (flags, why) in sorted(LANG_FLAGS.items())]
-    lines += ["", "A language's prosody memory (training/sigmorphon_recipes.py PROSODY_MEMORY; service/engine/prosody.py):",
-              "", "| language | mark | by its first ... characters | why |", "|---|---|---|---|"]
-    lines += [f"| `{lang}` | `{m.mark}` | {', else '.join(map(str, m.prefixes))} | {m.why} |"
-              for lang, m in sorted(PROSODY_MEMORY.items())]
+    lines += _table("A language's own flags beside its subtask's (training/sigmorphon_recipes.py LANG_FLAGS; the later "
+                    "flag wins):", ("language", "own flags", "why"),
+                    [(f"`{lang}`", f"`{' '.join(flags)}`", why) for lang, (flags, why) in sorted(LANG_FLAGS.items())])
+    lines += _table("A language's prosody memory (training/sigmorphon_recipes.py PROSODY_MEMORY; service/engine/prosody.py):",
+                    ("language", "mark", "by its first ... characters", "why"),
+                    [(f"`{lang}`", f"`{m.mark}`", ", else ".join(map(str, m.prefixes)), m.why)
+                     for lang, m in sorted(PROSODY_MEMORY.items())])
     if LANG_SEEDS:
-        lines += ["", "A language's own seeds in place of its subtask's (training/sigmorphon_recipes.py LANG_SEEDS; "
-                  "several are one ensemble):", "", "| language | seeds | why |", "|---|---|---|"]
-        lines += [f"| `{lang}` | {', '.join(map(str, seeds))} | {why} |" for lang, (seeds, why) in sorted(LANG_SEEDS.items())]
+        lines += _table("A language's own seeds in place of its subtask's (training/sigmorphon_recipes.py LANG_SEEDS; "
+                        "several are one ensemble):", ("language", "seeds", "why"),
+                        [(f"`{lang}`", ", ".join(map(str, seeds)), why) for lang, (seeds, why) in sorted(LANG_SEEDS.items())])
     return lines + [""]
 
 
