@@ -22,28 +22,51 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+# Each poll its own connection, retried soon: a channel's reconnect backoff grows past a minute, so a
+# server that binds late would be seen long after it serves, and a connection that reached another
+# listener on the port (SO_REUSEPORT) would be asked again and again.
+POLL_OPTIONS = [("grpc.use_local_subchannel_pool", 1), ("grpc.initial_reconnect_backoff_ms", 100),
+                ("grpc.min_reconnect_backoff_ms", 100), ("grpc.max_reconnect_backoff_ms", 500)]
+
+
+def health_of(address: str, service: str = "") -> str:
+    """SERVING, NOT_SERVING, ... or the gRPC status code and details of a failed Check."""
+    with grpc.insecure_channel(address, options=POLL_OPTIONS) as channel:
+        try:
+            reply = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(service=service), timeout=1)
+        except grpc.RpcError as e:
+            return f"{e.code().name}: {e.details()}"
+    return health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status)
+
+
 def wait_serving(address: str, timeout_s: float = 120, proc: subprocess.Popen | None = None, *,
                  service: str = "", gone: Callable[[], str | None] | None = None, poll_s: float = 0.1) -> None:
     """Until gRPC health at `address` says SERVING (for `service`; "" is the server as a whole).
     Fails at once when `proc` has exited or `gone()` says why the server went away; the deadline
-    only bounds a hang (a server's start-up has no event to wait on from outside)."""
+    only bounds a hang (a server's start-up has no event to wait on from outside), and its error
+    says what health last answered and ends with the server's log (`proc.log_path`, if it has one)."""
     deadline = time.monotonic() + timeout_s
-    with grpc.insecure_channel(address) as channel:
-        health = health_pb2_grpc.HealthStub(channel)
-        while time.monotonic() < deadline:
-            if proc is not None and proc.poll() is not None:
-                raise RuntimeError(f"server exited with {proc.returncode} before serving")
-            why = gone() if gone is not None else None
-            if why:
-                raise RuntimeError(why)
-            try:
-                reply = health.Check(health_pb2.HealthCheckRequest(service=service), timeout=1)
-                if reply.status == health_pb2.HealthCheckResponse.SERVING:
-                    return
-            except grpc.RpcError:
-                pass
-            time.sleep(poll_s)
-    raise TimeoutError(f"{address} not SERVING after {timeout_s} s")
+    last = "never asked"
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"server exited with {proc.returncode} before serving{log_tail(proc)}")
+        why = gone() if gone is not None else None
+        if why:
+            raise RuntimeError(why)
+        last = health_of(address, service)
+        if last == "SERVING":
+            return
+        time.sleep(poll_s)
+    raise TimeoutError(f"{address} not SERVING after {timeout_s} s (health last said {last}){log_tail(proc)}")
+
+
+def log_tail(proc: subprocess.Popen | None, lines: int = 30) -> str:
+    path = getattr(proc, "log_path", None)
+    if path is None:
+        return ""
+    with open(path, "rb") as f:
+        tail = f.read().decode(errors="replace").splitlines()[-lines:]
+    return "; the server's log ends:\n" + "\n".join(tail)
 
 
 async def until_counted(count, n: int, calls: list[asyncio.Future], timeout_s: float = 60) -> None:

@@ -277,8 +277,10 @@ def spawn_server(model_dir: Path, port: int, *args: str, log_path: Path | None =
            "--metrics-port", "-1", *args]
     out = open(log_path, "wb") if log_path else subprocess.DEVNULL
     env = {k: v for k, v in os.environ.items() if not k.startswith("ATTNSERVE_")}
-    return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=REPO if held else None,
+    proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=REPO if held else None,
                             stdin=subprocess.PIPE if held else None)
+    proc.log_path = log_path  # wait_serving ends its error with the log
+    return proc
 
 
 def release(proc: subprocess.Popen) -> None:
