@@ -64,8 +64,11 @@ def log_tail(proc: subprocess.Popen | None, lines: int = 30) -> str:
     path = getattr(proc, "log_path", None)
     if path is None:
         return ""
-    with open(path, "rb") as f:
-        tail = f.read().decode(errors="replace").splitlines()[-lines:]
+    try:
+        with open(path, "rb") as f:
+            tail = f.read().decode(errors="replace").splitlines()[-lines:]
+    except OSError as e:
+        return f"; its log {path}: {e}"
     return "; the server's log ends:\n" + "\n".join(tail)
 
 

@@ -182,6 +182,7 @@ class LogLines:
 
     def __init__(self, proc: subprocess.Popen, path: Path):
         self.path, self.lines, self.ended = path, [], False
+        proc.log_path = path  # wait_serving ends its error with the log
         self._changed = threading.Condition()  # re-entrant: matches() is called under it
         threading.Thread(target=self._read, args=(proc.stdout,), name="log-lines", daemon=True).start()
 
