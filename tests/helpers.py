@@ -6,20 +6,51 @@ serve-only venv. Test-only helpers (certificates, bundles, in-process servers) a
 from __future__ import annotations
 
 import asyncio
+import random
 import socket
 import subprocess
 import time
+from pathlib import Path
 from typing import Callable
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 
+# Not the random module's shared state: code under test seeds it (training), and two processes seeded
+# alike would pick the same ports.
+_PICK = random.SystemRandom()
+
+
 def free_port() -> int:
-    """A loopback port nothing listens on now (the server binds it next)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A loopback port nothing is bound to now (the server binds it next), picked below the kernel's
+    ephemeral range. A port from bind(0) is in that range, free again once this returns, and so free
+    for any process's bind(0) or outgoing connection to take before the server binds it; one bound
+    with SO_REUSEPORT (a server on port 0, as the other tests' are) would share it with the server
+    silently. Below the range only an explicit bind can take it."""
+    low = ephemeral_range()[0]
+    if low - 1024 < 4096:  # a range that leaves too little room below it: bind(0) as before
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            return s.getsockname()[1]
+    for _ in range(1000):
+        port = _PICK.randrange(max(1024, low - 16384), low)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:  # someone has it
+                continue
+            return port
+    raise RuntimeError(f"no free port below {low} in 1000 tries")
+
+
+def ephemeral_range() -> tuple[int, int]:
+    """The ports bind(0) and outgoing connections take from (Linux's default where it cannot be read)."""
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+    except (OSError, ValueError):
+        return 32768, 60999
+    return int(low), int(high)
 
 
 # Each poll its own connection, retried soon: a channel's reconnect backoff grows past a minute, so a
