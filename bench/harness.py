@@ -15,6 +15,7 @@ import sys
 import time
 from pathlib import Path
 
+from tests.helpers import free_port, wait_serving  # the tests' own: one way to pick a port and wait
 from training.evaluate import load_refs
 
 BIN = Path(sys.executable).parent
@@ -59,14 +60,6 @@ def metric_samples(metrics_port: int) -> list:
     return [s for family in text_string_to_metric_families(text) for s in family.samples]
 
 
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def proc_cpu_seconds(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
@@ -100,27 +93,6 @@ def server_cpu_seconds(pid: int) -> float:
     return total
 
 
-def wait_serving(addr: str, proc: subprocess.Popen, timeout_s: float = 300) -> None:
-    """Until the gRPC health check of the server at addr says SERVING (every model loaded), asking
-    every 50 ms; RuntimeError when proc exits first or timeout_s passes."""
-    import grpc
-    from grpc_health.v1 import health_pb2, health_pb2_grpc
-
-    deadline = time.monotonic() + timeout_s
-    with grpc.insecure_channel(addr) as channel:
-        stub = health_pb2_grpc.HealthStub(channel)
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                raise RuntimeError(f"the server exited with {proc.returncode} before SERVING")
-            try:
-                if stub.Check(health_pb2.HealthCheckRequest(), timeout=1).status == health_pb2.HealthCheckResponse.SERVING:
-                    return
-            except grpc.RpcError:
-                pass
-            time.sleep(0.05)
-    raise RuntimeError(f"no SERVING from {addr} within {timeout_s} s")
-
-
 class Server:
     """A server in its own process, ready when its health check says SERVING (or, for a peer
     without the gRPC health service, when its port takes a connection)."""
@@ -131,7 +103,7 @@ class Server:
                                      stderr=subprocess.DEVNULL)
         self.addr = f"127.0.0.1:{self.port}"
         if health:
-            wait_serving(self.addr, self.proc, timeout_s=120)
+            wait_serving(self.addr, 120, self.proc)
             return
         deadline = time.time() + 120
         while time.time() < deadline:

@@ -133,7 +133,7 @@ def measure(repository: Path, calls: int, rounds: int, loadgen: str | None) -> d
     started = time.perf_counter()
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        wait_serving(f"127.0.0.1:{port}", proc)
+        wait_serving(f"127.0.0.1:{port}", 300, proc, poll_s=0.05)  # start-up time is measured by it
         startup_s = time.perf_counter() - started
         memory = rss_mb(proc.pid)
         rows = []

@@ -1,4 +1,4 @@
-"""Helpers for reaching a server process, shared by the tests and scripts/ (soak, container check).
+"""Helpers for reaching a server process, shared by the tests, scripts/ (soak, container check) and bench/.
 
 Nothing beyond the serve extra (grpcio and its health checking): `make soak` runs them in a
 serve-only venv. Test-only helpers (certificates, bundles, in-process servers) are in tests/live.py.
