@@ -28,7 +28,7 @@ def free_port() -> int:
     for any process's bind(0) or outgoing connection to take before the server binds it; one bound
     with SO_REUSEPORT (a server on port 0, as the other tests' are) would share it with the server
     silently. Below the range only an explicit bind can take it."""
-    low = ephemeral_range()[0]
+    low = ephemeral_low()
     if low - 1024 < 4096:  # a range that leaves too little room below it: bind(0) as before
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
@@ -44,20 +44,19 @@ def free_port() -> int:
     raise RuntimeError(f"no free port below {low} in 1000 tries")
 
 
-def ephemeral_range() -> tuple[int, int]:
-    """The ports bind(0) and outgoing connections take from (Linux's default where it cannot be read)."""
+def ephemeral_low() -> int:
+    """The lowest port bind(0) and outgoing connections take (Linux's default where it cannot be read)."""
     try:
-        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
-    except (OSError, ValueError):
-        return 32768, 60999
-    return int(low), int(high)
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
 
 
-# Each poll its own connection, retried soon: a channel's reconnect backoff grows past a minute, so a
-# server that binds late would be seen long after it serves, and a connection that reached another
-# listener on the port (SO_REUSEPORT) would be asked again and again.
-POLL_OPTIONS = [("grpc.use_local_subchannel_pool", 1), ("grpc.initial_reconnect_backoff_ms", 100),
-                ("grpc.min_reconnect_backoff_ms", 100), ("grpc.max_reconnect_backoff_ms", 500)]
+# Each poll its own channel and connection (a subchannel pool of its own, not the process's, where an
+# earlier channel's connection to the address may be backing off): one channel for the whole wait let
+# gRPC's reconnect backoff grow past a minute, so a server that binds late would be seen long after it
+# serves, and a connection that reached another listener on the port would be asked again and again.
+POLL_OPTIONS = [("grpc.use_local_subchannel_pool", 1)]
 
 
 def health_of(address: str, service: str = "") -> str:
