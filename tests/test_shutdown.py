@@ -12,7 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from attnserve.v1 import attnserve_pb2 as pb, attnserve_pb2_grpc as pbg
 from inference import grpc_service_pb2 as kpb, grpc_service_pb2_grpc as kpbg
 from scripts.container_check import received  # the one count of calls a server has taken in
-from tests.helpers import free_port, until_counted, wait_serving
+from tests.helpers import free_port, health_of, until_counted, wait_serving
 from tests.live import release, spawn_server, terminate
 
 WORDS = ["internationalization", "characteristically", "photosynthesis", "counterproductive",
@@ -33,18 +33,9 @@ async def until_refused(address: str, timeout_s: float = 60) -> None:
     """Until a new connection's call is refused: the server has stopped taking calls (a poll; the
     deadline only bounds a hang)."""
     deadline = time.monotonic() + timeout_s
-    while await code_of_health(address) != grpc.StatusCode.UNAVAILABLE:
+    while not (await asyncio.to_thread(health_of, address)).startswith("UNAVAILABLE"):
         assert time.monotonic() < deadline, f"{address} still took new calls {timeout_s} s after SIGTERM"
         await asyncio.sleep(0.05)
-
-
-async def code_of_health(address: str) -> grpc.StatusCode:
-    async with grpc.aio.insecure_channel(address) as channel:
-        try:
-            await health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=2)
-        except grpc.aio.AioRpcError as e:
-            return e.code()
-    return grpc.StatusCode.OK
 
 
 # gRPC's backlog sheds calls it has held a second (--max-pending-age-s, CANCELLED): a burst on a busy
