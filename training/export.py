@@ -24,7 +24,7 @@ import numpy as np
 import torch
 import torch.nn as nn
 
-from training.data import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Vocab, references
+from training.data import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Vocab, recorded_file, references
 from training.ensemble import Ensemble, check_members, held_out_data
 from training.evaluate import evaluate_engine, load_splits
 from training.lexicon import write_lexicon
@@ -221,7 +221,8 @@ def parity(model: Seq2Seq, engine, sources: list[tuple[str, ...]], src_vocab: Vo
     ordered = sorted(sources, key=len)
     for i in range(0, len(ordered), batch_size):
         chunk = [list(s) for s in ordered[i:i + batch_size]]
-        src, src_len, _, _ = collate([(src_vocab.encode(s), []) for s in chunk])
+        read = [engine.hints.extend(s) if engine.hints else s for s in chunk]  # as the engine reads them
+        src, src_len, _, _ = collate([(src_vocab.encode(s), []) for s in read])
         modes = torch.full((len(chunk),), top_k, dtype=torch.long)
         tokens, out_len, _, attn = model.greedy(src, src_len, max_len, top_k=modes)
         with torch.no_grad():
@@ -239,6 +240,18 @@ def parity(model: Seq2Seq, engine, sources: list[tuple[str, ...]], src_vocab: Vo
             if self_attn is not None:
                 max_diff = max(max_diff, float(np.abs(self_attn[b, :, :S, :S].numpy() - d.self_attn).max()))
     return {"words": len(sources), "output_mismatches": mismatches, "max_attn_abs_diff": max_diff}
+
+
+def bundle_hints(out: Path, record: dict, splits: dict) -> dict:
+    """Copy the source hints a model trained with (train.py --source-hints) into its bundle; the manifest's
+    `source_hints`. A symbol only hints bring is not one a served word may have (Engine.alphabet)."""
+    from service.engine import hints
+
+    (out / hints.FILE).write_bytes(recorded_file(record).read_bytes())
+    own = {c for split in ("train", "dev") for p in splits[split] for c in p.src}
+    brought = hints.SourceHints(hints.read(out / hints.FILE), record["separator"]).symbols()
+    return {"file": hints.FILE, "separator": record["separator"], "words": record["words"],
+            "trained_with": record["path"], "hint_only_symbols": sorted(brought - own)}
 
 
 def build_bundle(checkpoint: Path | list[Path], out: Path, name: str, version: str, parity_words: int,
@@ -281,6 +294,8 @@ def build_bundle(checkpoint: Path | list[Path], out: Path, name: str, version: s
         "versions": {"torch": torch.__version__, "onnx": onnx.__version__, "onnxruntime": onnxruntime.__version__,
                      "python": platform.python_version()},
     }
+    if data.get("source_hints"):
+        manifest["source_hints"] = bundle_hints(out, data["source_hints"], splits)
     if bundle_language(manifest):  # the language its running text is read in (service/answering/textrules.py)
         manifest["language"] = bundle_language(manifest)
     if lexicon:

@@ -106,7 +106,7 @@ def member_flags(lang: str, seed: int, recipe: Recipe, variant: "Variant" = RULE
     (paths inside the repository relative to it)."""
     return [str(Path(a).relative_to(REPO)) if Path(a).is_absolute() and Path(a).is_relative_to(REPO) else a
             for a in _train_flags(lang, seed, recipe, variant, alt, device)] + (
-        ["+cmudict_ipa"] if recipe.cmudict_ipa else [])
+        ["+cmudict_ipa"] if recipe.cmudict_ipa else []) + (["+cmudict_hints"] if recipe.cmudict_hints else [])
 
 
 def _recorded_flags(run: Path) -> list[str] | None:
@@ -168,6 +168,12 @@ def train_seed(lang: str, seed: int, recipe: Recipe, variant: Variant = RULES, a
         targets = runs / "train_plus_cmudict_ipa.tsv"
         print(f"{lang}: {write_targets(f['train'], [f['dev'], f['test']], targets)} in {targets}", flush=True)
         argv += ["--train-targets", str(targets)]
+    if recipe.cmudict_hints:
+        from training.sigmorphon_english import write_hints
+
+        hints = runs / "cmudict_hints.tsv"
+        print(f"{lang}: {write_hints(hints)} in {hints}", flush=True)
+        argv += ["--source-hints", str(hints)]
     print(f"{lang} {run}: training, log {runs / run}.log", flush=True)
     run_training(argv, out, flags)
     return checkpoint
@@ -315,6 +321,8 @@ def _built_as(manifest: dict, wanted: list[dict]) -> bool:
     on_dev = any(TRAIN_ON_DEV[0] in w["flags"] for w in wanted)
     if done.get("members") != len(wanted) or on_dev != trained_on_dev(manifest):
         return False
+    if ("+cmudict_hints" in wanted[0]["flags"]) != bool(manifest.get("data", {}).get("source_hints")):
+        return False  # a marker is no flag of python -m training.train: _configured_as cannot see it
     return _configured_as(manifest, wanted[0], with_seed=len(wanted) == 1)
 
 

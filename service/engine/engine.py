@@ -25,7 +25,7 @@ import onnxruntime as ort
 
 from service.config import EngineConfig
 from service.domain import Decoded
-from service.engine import prosody
+from service.engine import hints, prosody
 from service.engine.bundle import Bundle
 from service.engine.loop_graph import STATE_NAMES, build_greedy_loop, soft_only
 
@@ -199,7 +199,10 @@ class Engine:
         if self.normalization not in NORMALIZATIONS:
             raise ValueError(f"source_normalization {self.normalization!r} is not one of {sorted(NORMALIZATIONS)}")
         self._specials = {self.pad_id, self.bos_id, self.eos_id, self.unk_id}
-        self.alphabet = {t for i, t in enumerate(self.src_vocab) if i not in self._specials}  # the source symbols
+        self.hints = hints.load(m, bundle.path)  # read after each word's own symbols: encode
+        # the source symbols a word may have: a symbol only hints bring (their separator) is not one
+        self.alphabet = {t for i, t in enumerate(self.src_vocab) if i not in self._specials} - set(
+            m.get("source_hints", {}).get("hint_only_symbols", ()))
         opts = _session_options(cfg.intra_op_threads)
         providers = ["CPUExecutionProvider"]
         self.precision = served_precision(m, cfg.precision)
@@ -235,7 +238,7 @@ class Engine:
 
     def unknown_symbols(self, tokens: list[str]) -> list[tuple[int, str]]:
         """(position, symbol) of each source token outside the model's alphabet."""
-        return [(i, t) for i, t in enumerate(tokens) if self._src_index.get(t, self.unk_id) in self._specials]
+        return [(i, t) for i, t in enumerate(tokens) if t not in self.alphabet]
 
     def tokenize_target(self, text: str) -> list[str]:
         return list(text) if self.tgt_joiner == "" else text.split()
@@ -250,16 +253,25 @@ class Engine:
             ids.append(j)
         return ids
 
+    def source_ids(self, tokens: list[str]) -> list[int]:
+        """The ids the encoder reads for a word's tokens: a symbol outside the alphabet is unknown, and a bundle
+        with hints reads the word's hint after it (hints.py); the attention a result keeps covers the word."""
+        ids = [self._src_index[t] if t in self.alphabet else self.unk_id for t in tokens]
+        if self.hints is None:
+            return ids
+        return ids + [self._src_index.get(t, self.unk_id) for t in self.hints.extend(tokens)[len(tokens):]]
+
     def encode(self, sources: list[list[str]], top_k: list[int] | None = None) -> "Running":
         """Run the encoder over tokenized, non-empty sources; rows start at <s>.
 
         top_k: each row's attention mode (DecodeOptions.attention_top_k), default soft.
         """
-        B, S = len(sources), max(len(s) for s in sources)
+        ids = [self.source_ids(tokens) for tokens in sources]
+        B, S = len(ids), max(len(s) for s in ids)
         src = np.full((B, S), self.pad_id, dtype=np.int64)  # (B, S)
-        for b, tokens in enumerate(sources):
-            src[b, :len(tokens)] = [self._src_index.get(t, self.unk_id) for t in tokens]
-        src_len = np.array([len(s) for s in sources], dtype=np.int64)  # (B,)
+        for b, row in enumerate(ids):
+            src[b, :len(row)] = row
+        src_len = np.array([len(s) for s in ids], dtype=np.int64)  # (B,)
         if top_k is not None and any(top_k) and "top_k" not in self._dec_inputs:
             raise ValueError(f"model {self.name!r} version {self.version!r} has no hard/top-k attention "
                              f"(modes available: {list(self.attention_modes)})")
