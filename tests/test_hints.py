@@ -14,6 +14,7 @@ from service.engine.bundle import load_bundle
 from service.engine.engine import Engine
 from training import train
 from training.data import file_record
+from training.evaluate import engine_hyps
 from training.export import build_bundle, parity_ok
 from tests.live import ThreadServer
 from tests.test_splits import corpus, given_args, pron  # noqa: F401 (corpus: the tiny given-splits fixture)
@@ -79,9 +80,7 @@ def test_the_engine_reads_a_hinted_word_with_its_hint_and_returns_attention_over
     index = {t: i for i, t in enumerate(engine.src_vocab)}
     assert engine.source_ids(list(with_hint)) == [index[c] for c in [*with_hint, "|", *by_word[with_hint]]]
     assert engine.source_ids(list(without)) == [index[c] for c in without]
-    for options in (DecodeOptions(), DecodeOptions(beam_size=3)):
-        from training.evaluate import engine_hyps  # greedy and beam: both read through Engine.encode
-
+    for options in (DecodeOptions(), DecodeOptions(beam_size=3)):  # greedy and beam: both through Engine.encode
         assert engine_hyps(engine, [tuple(with_hint)], options)
     hinted_result, plain_result = engine.decode([list(with_hint), list(without)])
     assert hinted_result.attn.shape[1] == len(with_hint) and plain_result.attn.shape[1] == len(without)

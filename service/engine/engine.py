@@ -259,7 +259,7 @@ class Engine:
         ids = [self._src_index[t] if t in self.alphabet else self.unk_id for t in tokens]
         if self.hints is None:
             return ids
-        return ids + [self._src_index.get(t, self.unk_id) for t in self.hints.extend(tokens)[len(tokens):]]
+        return ids + [self._src_index.get(t, self.unk_id) for t in self.hints.after(tokens)]
 
     def encode(self, sources: list[list[str]], top_k: list[int] | None = None) -> "Running":
         """Run the encoder over tokenized, non-empty sources; rows start at <s>.

@@ -25,10 +25,14 @@ class SourceHints:
     by_word: dict[str, str]  # word (its tokens joined) -> hint
     separator: str = SEPARATOR
 
-    def extend(self, tokens: list[str] | tuple[str, ...]) -> list[str]:
-        """The tokens the model reads for a word's: its own, then the separator and its hint where it has one."""
+    def after(self, tokens: list[str] | tuple[str, ...]) -> list[str]:
+        """What the model reads after a word's own tokens: the separator and its hint, or nothing."""
         hint = self.by_word.get("".join(tokens))
-        return list(tokens) if hint is None else [*tokens, self.separator, *hint]
+        return [] if hint is None else [self.separator, *hint]
+
+    def extend(self, tokens: list[str] | tuple[str, ...]) -> list[str]:
+        """The tokens the model reads for a word's: its own, then after() them."""
+        return [*tokens, *self.after(tokens)]
 
     def symbols(self) -> set[str]:
         """Every symbol a hint adds (the separator among them)."""
