@@ -245,6 +245,18 @@ def test_train_on_dev_trains_on_the_dev_words_too_and_never_on_a_test_word(corpu
         train.main([*given_args(corpus, tmp_path / "refused"), "--train-on-dev", "true"])
 
 
+def test_train_on_dev_adds_the_dev_pairs_after_a_targets_file(corpus, tmp_path):
+    import torch
+
+    targets = tmp_path / "targets.tsv"  # the train words, then an extra source of the targets file's own
+    targets.write_text("".join(f"{w}\t{pron(w)}\n" for w in corpus["words"]["train"]) + "^q\tQ\n", encoding="utf-8")
+    train.main([*given_args(corpus, tmp_path / "run"), "--train-targets", str(targets), "--max-epochs", "1",
+                "--train-on-dev", "true", "--save-last", "true"])
+    data = torch.load(tmp_path / "run" / "last.pt", weights_only=False)["data"]
+    assert data["train_on_dev"] is True and data["train_targets"]["pairs"] == len(corpus["words"]["train"]) + 1
+    assert data["pairs"]["train"] == len(corpus["words"]["train"]) + 1 + len(corpus["words"]["dev"])
+
+
 def test_init_from_another_corpus_carries_the_shared_symbols_rows_over(corpus, tmp_path):
     """--init-vocab by-symbol: a model trained on another corpus (another language, with letters and
     phones of its own) starts this one's training. Shared symbols keep their trained embedding and

@@ -161,12 +161,21 @@ def train_seed(lang: str, seed: int, recipe: Recipe, variant: Variant = RULES, a
     f = files(lang)
     argv = [sys.executable, "-m", "training.train", "--corpus", "tsv", "--train-tsv", str(f["train"]),
             "--dev-tsv", str(f["dev"]), "--test-tsv", str(f["test"]), "--out", str(out),
-            *_train_flags(lang, seed, recipe, variant, alt, device)]
+            *_train_flags(lang, seed, recipe, variant, alt, device), *cmudict_flags(lang, recipe, runs, f["train"])]
+    print(f"{lang} {run}: training, log {runs / run}.log", flush=True)
+    run_training(argv, out, flags)
+    return checkpoint
+
+
+def cmudict_flags(lang: str, recipe: Recipe, runs: Path, train: Path, held_out: tuple[Path, ...] = ()) -> list[str]:
+    """The training flags of the recipe's CMUdict extras (eng_us), their files written into `runs`: the targets
+    file of `train`'s pairs and CMUdict's, none of a dev, test or `held_out` word; the hints file."""
+    argv = []
     if recipe.cmudict_ipa:
         from training.sigmorphon_english import write_targets
 
-        targets = runs / "train_plus_cmudict_ipa.tsv"
-        print(f"{lang}: {write_targets(f['train'], [f['dev'], f['test']], targets)} in {targets}", flush=True)
+        f, targets = files(lang), runs / "train_plus_cmudict_ipa.tsv"
+        print(f"{lang}: {write_targets(train, [f['dev'], f['test'], *held_out], targets)} in {targets}", flush=True)
         argv += ["--train-targets", str(targets)]
     if recipe.cmudict_hints:
         from training.sigmorphon_english import write_hints
@@ -174,9 +183,7 @@ def train_seed(lang: str, seed: int, recipe: Recipe, variant: Variant = RULES, a
         hints = runs / "cmudict_hints.tsv"
         print(f"{lang}: {write_hints(hints)} in {hints}", flush=True)
         argv += ["--source-hints", str(hints)]
-    print(f"{lang} {run}: training, log {runs / run}.log", flush=True)
-    run_training(argv, out, flags)
-    return checkpoint
+    return argv
 
 
 def run_training(argv: list[str], out: Path, flags: list[str] | None = None) -> None:

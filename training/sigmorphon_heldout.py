@@ -6,9 +6,10 @@
 Once a recipe trains on the train and dev files together, dev can choose nothing; so the experiments in
 docs/sigmorphon.md ("Tried") hold out an eighth of each train file (a source is held out where
 int(md5(source).hexdigest(), 16) % 8 == 0, the same words every time), train the language's members on
-the rest (and dev, where the recipe trains on it) with the recipe's flags, the language's own and the
-flags after `--`, and score the held-out words with the task's scorer through the engine (beam 5, fp32),
-several seeds as one ensemble. Write the rule before reading a figure, and compare with the recipe retrained
+the rest (and dev, where the recipe or the flags after `--` train on it; eng_us with CMUdict, none of
+whose pairs is a held-out word's) with the recipe's flags, the language's own and the flags after `--`,
+and score the held-out words with the task's scorer through the engine (beam 5, fp32), several seeds as
+one ensemble. Write the rule before reading a figure, and compare with the recipe retrained
 in the same session on the same split (`--tag base`, then `--against base`): a figure recorded on another day
 may not reproduce exactly (docs/sigmorphon.md, Tried). Runs go to
 runs/sigmorphon-heldout/<lang>/<tag>/, each language's figure to its result.json there; the test file is
@@ -23,8 +24,8 @@ import sys
 from pathlib import Path
 
 from training.data import REPO, read_lines
-from training.sigmorphon import (RULES, _train_flags, files, recipe_for, run_training, task_wer, trained_pairs,
-                                 trains_on_dev, with_memory)
+from training.sigmorphon import (RULES, _parsed, _train_flags, cmudict_flags, files, recipe_for, run_training,
+                                 task_wer, trained_pairs, with_memory)
 from training.sigmorphon_recipes import BEAM, LANGS
 
 RUNS = REPO / "runs" / "sigmorphon-heldout"
@@ -47,12 +48,13 @@ def split_train(lang: str, out: Path) -> tuple[Path, Path]:
 def member(lang: str, seed: int, rest: Path, held: Path, run: Path, extra: list[str]) -> Path:
     """Train one member (skipped when its result.json exists); its checkpoint."""
     recipe = recipe_for(lang)
-    checkpoint = run / ("last.pt" if trains_on_dev(recipe, RULES) else "best.pt")
+    flags = [*_train_flags(lang, seed, recipe, RULES, False), *extra]
+    checkpoint = run / ("last.pt" if _parsed(flags)["train_on_dev"] else "best.pt")
     if (run / "result.json").exists():
         return checkpoint
     argv = [sys.executable, "-m", "training.train", "--corpus", "tsv", "--train-tsv", str(rest),
-            "--dev-tsv", str(files(lang)["dev"]), "--test-tsv", str(held), "--out", str(run),
-            *_train_flags(lang, seed, recipe, RULES, False), *extra]
+            "--dev-tsv", str(files(lang)["dev"]), "--test-tsv", str(held), "--out", str(run), *flags,
+            *cmudict_flags(lang, recipe, run, rest, (held,))]
     run_training(argv, run)
     return checkpoint
 

@@ -113,6 +113,7 @@ def load_corpus(args) -> tuple[dict[str, list[Pair]], dict]:
         if held_out is not None:
             desc["train_targets"] = {**desc["train_targets"], **file_record(args.train_targets)}
     if args.train_on_dev:  # dev's figures are then training figures: the manifest says so
+        # after a targets file: it replaces the train file's pairs, and dev's gold pairs join either
         splits["train"] = splits["train"] + splits["dev"]
         desc["train_on_dev"] = True
     if args.source_hints:
@@ -368,8 +369,8 @@ def parse_args(argv=None):
         p.error("given splits need --train-tsv and --dev-tsv (--test-tsv optional)")
     if args.corpus == "cmudict" and any(given + [args.tsv]):
         p.error("--tsv, --train-tsv, --dev-tsv and --test-tsv are for --corpus tsv")
-    if args.train_on_dev and not (args.train_tsv and args.save_last and not args.train_targets):
-        p.error("--train-on-dev is for given splits (--train-tsv, --dev-tsv), with --save-last true and no --train-targets")
+    if args.train_on_dev and not (args.train_tsv and args.save_last):
+        p.error("--train-on-dev is for given splits (--train-tsv, --dev-tsv), with --save-last true")
     if args.source_hints and args.src_tokens != "chars":
         p.error("--source-hints extends a word's characters: it needs --src-tokens chars")
     return args
