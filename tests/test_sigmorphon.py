@@ -3,6 +3,7 @@ task's splits, exported as their ensemble, quantized, scored, written to models/
 checkpoint, resumed without training again, and tabled."""
 import json
 import random
+from pathlib import Path
 
 import pytest
 import torch
@@ -161,6 +162,21 @@ def test_cmudict_in_the_task_ipa_is_marked_and_leaves_out_the_held_out_words(tmp
     sources = {line.split("\t")[0] for line in lines[1:]}
     assert all(s.startswith(MARK) for s in sources) and f"{MARK}knight" in sources
     assert f"{MARK}above" not in sources and f"{MARK}bird" not in sources
+
+
+def test_a_held_out_question_on_eng_us_gets_cmudict_without_a_held_out_dev_or_test_word(tmp_path):
+    from training.sigmorphon_english import MARK
+
+    rest, held = tmp_path / "rest.tsv", tmp_path / "held.tsv"  # two of eng_us's train words
+    rest.write_text("table\tt e ɪ b ə l\n", encoding="utf-8")
+    held.write_text("garden\tɡ ɑ ɹ d ə n\n", encoding="utf-8")
+    flags = sigmorphon.cmudict_flags("eng_us", sigmorphon.recipe_for("eng_us"), tmp_path / "run", rest, (held,))
+    lines = Path(flags[flags.index("--train-targets") + 1]).read_text(encoding="utf-8").splitlines()
+    sources = {line.split("\t")[0] for line in lines}
+    assert lines[0] == "table\tt e ɪ b ə l" and f"{MARK}table" in sources and f"{MARK}garden" not in sources
+    f = sigmorphon.files("eng_us")
+    assert not sources & {MARK + s for split in ("dev", "test") for s, _ in sigmorphon.read_lines(f[split])}
+    assert Path(flags[flags.index("--source-hints") + 1]).exists()
 
 
 def test_a_second_driver_passes_over_a_language_another_is_building(task, monkeypatch, capsys):
