@@ -146,6 +146,15 @@ def test_a_recipe_that_trains_on_dev_exports_each_runs_last_epoch_and_the_table_
     assert "Decoding chosen on dev: **beam5**" in text and "trained on the train and dev files together" in text
 
 
+def test_the_table_says_what_chose_the_decoding_of_models_dev_cannot_choose_for(monkeypatch):
+    learned = {"train_on_dev": True, "dev": {"greedy": 1.0, "beam5": 2.0}}
+    unseen = {"train_on_dev": False, "dev": {"greedy": 3.0, "beam5": 2.0}}
+    monkeypatch.setattr(sigmorphon, "RECIPES", {"low": Recipe(("--x",), seeds=(1,), train_on_dev=True,
+                                                              decoding="beam5", decoding_chosen_on="held-out words")})
+    assert sigmorphon_table.decoding_chosen([learned], "low") == ("beam5", "held-out words")  # the recipe's
+    assert sigmorphon_table.decoding_chosen([learned, unseen], "low") == ("beam5", "dev")  # dev's, where it can
+
+
 def test_cmudict_in_the_task_ipa_is_marked_and_leaves_out_the_held_out_words(tmp_path):
     from training.sigmorphon_english import MARK, to_ipa, write_targets
 

@@ -45,6 +45,7 @@ class Recipe:
     # epoch (dev picks nothing), and the model's dev figures are training figures (the table says so).
     train_on_dev: bool = False
     decoding: str = ""  # where dev cannot choose (train_on_dev): the decoding it chose before it trained
+    decoding_chosen_on: str = "dev"  # what chose `decoding`, in the table's words
 
     def members(self, variant: "Variant") -> list[tuple[int, bool]]:
         """(seed, alt) of each member: the seeds, then (where the variant takes them) the seeds again with alt_flags."""
@@ -88,7 +89,8 @@ RECIPES = {
     "high": Recipe(("--hidden-size", "256", "--enc-layers", "2", "--emb-dim", "64", "--dropout", "0.3",
                     "--batch-size", "64", "--lr", "3e-3", "--warmup-steps", "300", "--max-epochs", "12",
                     "--max-output-len", "50", "--max-minutes", "75", *COSINE), seeds=(1, 2), cmudict_ipa=True,
-                   cmudict_hints=True, train_on_dev=True, decoding=f"beam{BEAM}"),
+                   cmudict_hints=True, train_on_dev=True, decoding=f"beam{BEAM}",
+                   decoding_chosen_on="a held-out eighth of the train file"),
 }
 
 

@@ -42,13 +42,15 @@ def train_minutes(manifest: dict) -> float:
     return sum(m["history"][-1]["minutes"] for m in training.get("members") or [training] if m.get("history"))
 
 
-def decoding_on_dev(rows: list[dict], subtask: str) -> str:
-    """The subtask's decoding: greedy or beam, whichever has the lower dev macro-average over the models
-    that did not train on dev; where all did, the one its recipe chose on dev before they trained on it."""
+def decoding_chosen(rows: list[dict], subtask: str) -> tuple[str, str]:
+    """The subtask's decoding and what chose it: greedy or beam, whichever has the lower dev macro-average over
+    the models that did not train on dev; where all did, the one its recipe chose before they trained on dev."""
     beam, held_out = f"beam{BEAM}", [r for r in rows if not r["train_on_dev"]]
     if not held_out:
-        return sigmorphon.RECIPES[subtask].decoding
-    return beam if sum(r["dev"][beam] for r in held_out) < sum(r["dev"]["greedy"] for r in held_out) else "greedy"
+        recipe = sigmorphon.RECIPES[subtask]
+        return recipe.decoding, recipe.decoding_chosen_on
+    better = sum(r["dev"][beam] for r in held_out) < sum(r["dev"]["greedy"] for r in held_out)
+    return (beam if better else "greedy"), "dev"
 
 
 def dev_cell(s: dict, decoding: str) -> str:
@@ -61,12 +63,12 @@ def subtask_lines(subtask: str, variant: Variant = sigmorphon.RULES, title: str 
     lines = [f"## {title or subtask}", ""]
     if not rows:
         return lines + ["No model yet.", ""]
-    pick = decoding_on_dev(list(rows.values()), subtask)
+    pick, chosen_on = decoding_chosen(list(rows.values()), subtask)
     if any(s["train_on_dev"] for s in rows.values()):
         lines += ["These models trained on the train and dev files together, once every choice had been made on dev "
                   "without them (the recipe's `train_on_dev`; each member is its run's last epoch, so dev picks "
                   "nothing): their dev figures, in parentheses, are figures on words they learned.", ""]
-    lines += [f"Decoding chosen on dev: **{pick}**.", "",
+    lines += [f"Decoding chosen on {chosen_on}: **{pick}**.", "",
               "| language | model | members | parameters | MB | precision | dev greedy | dev beam 5 | test greedy | "
               "test beam 5 | baseline | ours - baseline |",
               "|---|---|---|---|---|---|---|---|---|---|---|---|"]
