@@ -205,3 +205,17 @@ def test_held_out_data_ignores_how_many_training_sources_a_member_had():
             "train_targets": {"pairs": 14}}
     assert held_out_data(data) == held_out_data(more)
     assert held_out_data(data) != held_out_data({**data, "words": {"train": 9, "dev": 3, "test": 3}})
+
+
+def test_members_read_the_same_hints_wherever_each_ones_copy_of_the_file_lay():
+    from training.ensemble import check_members
+
+    data = {"corpus": "tsv", "source_hints": {"path": "runs/q/seed1/hints.tsv", "sha256": "ab", "separator": "|",
+                                              "words": 2}}
+    moved = {**data, "source_hints": {**data["source_hints"], "path": "runs/q/seed2/hints.tsv"}}
+    other = {**moved, "source_hints": {**moved["source_hints"], "sha256": "cd"}}
+    ckpt = {"src_vocab": ["a"], "tgt_vocab": ["A"]}
+    check_members([{**ckpt, "data": data}, {**ckpt, "data": moved}], ["seed1", "seed2"])
+    with pytest.raises(ValueError, match="different 'data'"):
+        check_members([{**ckpt, "data": data}, {**ckpt, "data": other}], ["seed1", "seed2"])
+    assert data["source_hints"]["path"] == "runs/q/seed1/hints.tsv"  # the export still finds the file

@@ -147,7 +147,10 @@ def check_members(ckpts: list[dict], names: list) -> None:
     """Members' training checkpoints must agree on the vocabularies and the held-out data, so that the
     ensemble's held-out words are held out from every member."""
     def shared(ckpt: dict) -> dict:
-        return {"src_vocab": ckpt["src_vocab"], "tgt_vocab": ckpt["tgt_vocab"], "data": held_out_data(ckpt["data"])}
+        data = held_out_data(ckpt["data"])
+        if "source_hints" in data:  # the same hints (by their sha256) wherever each member's copy of the file lay
+            data["source_hints"] = {k: v for k, v in data["source_hints"].items() if k != "path"}
+        return {"src_vocab": ckpt["src_vocab"], "tgt_vocab": ckpt["tgt_vocab"], "data": data}
 
     first = shared(ckpts[0])
     for name, ckpt in zip(names[1:], ckpts[1:]):
