@@ -1,8 +1,6 @@
 """Source hints (service/engine/hints.py): a word read with an outside dictionary's transcription after it, the
 same way in training, in the export's parity check and served; a symbol only hints bring is not one a served
 word may have; the attention returned covers the word's own characters."""
-from dataclasses import replace
-
 import grpc
 import numpy as np
 import pytest
@@ -13,9 +11,7 @@ from service.config import Config, EngineConfig, ServerConfig
 from service.domain import DecodeOptions
 from service.engine import hints
 from service.engine.bundle import load_bundle
-from service.engine.decoding import Work, decode_whole
 from service.engine.engine import Engine
-from service.engine.forced import force
 from training import train
 from training.data import file_record
 from training.evaluate import engine_hyps
@@ -105,64 +101,6 @@ def test_served_a_hinted_word_answers_as_the_engine_does_and_a_hint_only_symbol_
             stub.Transduce(pb.TransduceRequest(inputs=[f"a|{HINTED[0]}"]), timeout=60)
     assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "'|'" in refused.value.details() and "position 1" in refused.value.details()
-
-
-def test_a_hint_is_spelled_in_output_symbols_the_longest_first():
-    assert hints.segments("naɪt", {"n", "a", "ɪ", "aɪ", "t"}, 2) == ["n", "aɪ", "t"]
-    assert hints.segments("naɪx", {"n", "a", "ɪ", "aɪ", "t"}, 2) is None  # x starts no output symbol
-    with pytest.raises(ValueError, match="prefer_within_nats"):
-        hints.load({"source_hints": {"file": hints.FILE, "separator": "|", "prefer_within_nats": -1}}, ".")
-
-
-@pytest.fixture(scope="module")
-def transcribed(corpus, tmp_path_factory):
-    """A model trained with hints spelled in its output symbols, as eng_us's CMUdict hints are: each other word's
-    own transcription."""
-    root = tmp_path_factory.mktemp("transcribed")
-    words = [w for split in ("train", "dev", "test") for w in corpus["words"][split] if " " not in w]
-    path = root / "hints.tsv"
-    path.write_text("".join(f"{w}\t{pron(w).replace(' ', '')}\n" for w in words[::2]), encoding="utf-8")
-    train.main(given_args(corpus, root / "run") + ["--source-hints", str(path)])
-    build_bundle(root / "run" / "best.pt", root / "models" / "tiny-transcribed" / "1", "tiny-transcribed", "1",
-                 parity_words=20)
-    return Engine(load_bundle(root / "models" / "tiny-transcribed" / "1"), EngineConfig(intra_op_threads=1))
-
-
-def test_a_bundle_that_prefers_its_hints_answers_with_a_hint_the_model_scores_within_its_margin(transcribed, corpus,
-                                                                                               monkeypatch):
-    engine = transcribed
-    symbols = {t for t in engine.tgt_vocab if not t.startswith("<")}
-    # hints the model did not learn: each transcription backwards, in the model's output symbols
-    spelled = {w: "".join(reversed(pron(w).split())) for w in corpus["words"]["test"] if " " not in w}
-    assert hints.segments(spelled["zz" + corpus["words"]["test"][0]], symbols, 1) is None  # Z: no output symbol
-    words = [w for w in spelled if hints.segments(spelled[w], symbols, 1) is not None]
-    ids = {w: engine.target_ids(hints.segments(spelled[w], symbols, 1)) for w in words}
-
-    def answers(margin: float | None, options: DecodeOptions, together: bool) -> list:
-        monkeypatch.setattr(engine, "hints", replace(engine.hints, by_word=spelled, prefer_within_nats=margin))
-        assert all(engine.hint_ids(list(w)) == (None if margin is None else ids[w]) for w in words)
-        work = [Work(list(w), options) for w in words]
-        if together:
-            return [hs[0] for hs in decode_whole(engine, work)[0]]
-        return [decode_whole(engine, [one])[0][0][0] for one in work]
-
-    for options in (DecodeOptions(), DecodeOptions(beam_size=3, n_best=2)):
-        own = dict(zip(words, answers(None, options, True)))  # no preference
-        differ = [w for w in words if own[w].output_ids != ids[w]]
-        gaps = {}
-        for w in differ:  # the model's scores of its own best and of the hint, forced together as settle forces them
-            hint, mine = force(engine, [list(w)] * 2, [ids[w], own[w].output_ids], [0, 0])
-            gaps[w] = mine.score - hint.score
-        margin = sorted(gaps.values())[len(differ) // 2]  # some hints within it, some not
-        assert margin > 0 and len(differ) >= 10
-        everywhere = answers(1e9, options, True)
-        assert [d.output_ids for d in everywhere] == [ids[w] for w in words]
-        chosen = dict(zip(words, answers(margin, options, True)))
-        for w in differ:
-            assert (chosen[w].output_ids == ids[w]) == (gaps[w] <= margin)
-        alone = answers(margin, options, False)  # one answer per input, whatever it is batched with
-        assert [d.output_ids for d in alone] == [chosen[w].output_ids for w in words]
-        assert [d.score for d in alone] == pytest.approx([chosen[w].score for w in words], abs=1e-5)
 
 
 def test_hints_need_char_sources(corpus, tmp_path):

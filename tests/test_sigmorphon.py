@@ -2,7 +2,6 @@
 task's splits, exported as their ensemble, quantized, scored, written to models/<name>/1 without its
 checkpoint, resumed without training again, and tabled."""
 import json
-from dataclasses import replace
 import random
 from pathlib import Path
 
@@ -154,28 +153,6 @@ def test_the_table_says_what_chose_the_decoding_of_models_dev_cannot_choose_for(
                                                               decoding="beam5", decoding_chosen_on="held-out words")})
     assert sigmorphon_table.decoding_chosen([learned], "low") == ("beam5", "held-out words")  # the recipe's
     assert sigmorphon_table.decoding_chosen([learned, unseen], "low") == ("beam5", "dev")  # dev's, where it can
-
-
-def test_the_recipes_hint_margin_is_written_into_a_bundle_with_hints_and_taken_out_again(task, monkeypatch):
-    from service.engine import hints
-    from service.engine.bundle import write_manifest
-
-    bundle = task / "bundle"
-    bundle.mkdir()
-    (bundle / hints.FILE).write_text("ab\tAB\n", encoding="utf-8")
-    write_manifest(bundle, {"source_hints": {"file": hints.FILE, "separator": "|"}})
-    recipe = sigmorphon.RECIPES["low"]
-    for margin, changed in ((1.5, True), (1.5, False), (None, True)):
-        monkeypatch.setattr(sigmorphon, "RECIPES", {"low": replace(recipe, hint_margin_nats=margin)})
-        assert sigmorphon.with_hint_margin("tiny", bundle) is changed
-        manifest = load_bundle(bundle).manifest  # its files' hashes written again, so it still loads
-        assert manifest["source_hints"].get("prefer_within_nats") == margin
-        assert hints.load(manifest, bundle).prefer_within_nats == margin
-    plain = task / "plain"
-    plain.mkdir()
-    write_manifest(plain, {})
-    monkeypatch.setattr(sigmorphon, "RECIPES", {"low": replace(recipe, hint_margin_nats=1.5)})
-    assert sigmorphon.with_hint_margin("tiny", plain) is False  # a model without hints has nothing to prefer
 
 
 def test_cmudict_in_the_task_ipa_is_marked_and_leaves_out_the_held_out_words(tmp_path):

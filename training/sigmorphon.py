@@ -225,20 +225,6 @@ def with_memory(lang: str, bundle: Path, trained: list[tuple[str, str]]) -> bool
     return True
 
 
-def with_hint_margin(lang: str, bundle: Path) -> bool:
-    """Write the recipe's hint margin (Recipe.hint_margin_nats: service/engine/hints.py) into a bundle with hints
-    whose manifest has another; whether it did. The margin is the model's: the task's scores read it."""
-    from service.engine.bundle import write_manifest
-
-    manifest = json.loads((bundle / "manifest.json").read_text(encoding="utf-8"))
-    spec, margin = manifest.get("source_hints"), recipe_for(lang).hint_margin_nats
-    if not spec or spec.get("prefer_within_nats") == margin:
-        return False
-    spec = {k: v for k, v in spec.items() if k != "prefer_within_nats"}
-    write_manifest(bundle, {**manifest, "source_hints": spec if margin is None else {**spec, "prefer_within_nats": margin}})
-    return True
-
-
 def trained_pairs(lang: str, train: Path | None = None) -> list[tuple[str, str]]:
     """The pairs the language's model learned from: its train file (or `train`, a held-out question's rest of
     it), and dev where the recipe trains on it."""
@@ -369,8 +355,8 @@ def _build(lang: str, variant: Variant, device: str = "", train_only: bool = Fal
     wanted = [{"run": run_name(seed, alt), "flags": member_flags(lang, seed, recipe, variant, alt)}
               for seed, alt in members]
     if (target / "manifest.json").exists() and _built_as(json.loads((target / "manifest.json").read_text()), wanted):
-        if variant == RULES and (with_memory(lang, target, trained_pairs(lang)) | with_hint_margin(lang, target)):
-            rescore(lang, always=True, variant=variant)  # a memory or margin added to the model as built: scored again
+        if variant == RULES and with_memory(lang, target, trained_pairs(lang)):
+            rescore(lang, always=True, variant=variant)  # a memory added to the model as built: scored again
         return target  # done: the recipe asks for the members it was built from
     started = time.time()
     checkpoints = [train_seed(lang, seed, recipe, variant, alt, device) for seed, alt in members]
@@ -387,7 +373,6 @@ def _build(lang: str, variant: Variant, device: str = "", train_only: bool = Fal
 
     if variant == RULES:
         with_memory(lang, staging, trained_pairs(lang))
-        with_hint_margin(lang, staging)
     precision = served_precision(keep_int8_if_free(staging), "auto")
     scores = task_scores(staging, lang, precision)
     manifest = {k: v for k, v in load_bundle(staging).manifest.items() if k != "files"}

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from training.data import REPO, read_lines
 from training.sigmorphon import (RULES, _parsed, _train_flags, cmudict_flags, files, recipe_for, run_training,
-                                 task_wer, trained_pairs, with_hint_margin, with_memory)
+                                 task_wer, trained_pairs, with_memory)
 from training.sigmorphon_recipes import BEAM, LANGS
 
 RUNS = REPO / "runs" / "sigmorphon-heldout"
@@ -70,7 +70,6 @@ def ask(lang: str, tag: str, seeds: list[int], extra: list[str], runs: Path = RU
     build_bundle(checkpoints if len(checkpoints) > 1 else checkpoints[0], bundle, f"{lang}-{tag}", "1",
                  parity_words=50, lexicon=False)
     with_memory(lang, bundle, trained_pairs(lang, rest))  # the language's prosody memory, where the recipe has one
-    with_hint_margin(lang, bundle)  # and its hint margin
     result = {"lang": lang, "tag": tag, "seeds": seeds, "flags": extra, "heldout_words": len(read_lines(held)),
               f"heldout_beam{BEAM}_fp32": task_wer(bundle, held, BEAM, "fp32")}
     (out / "result.json").write_text(json.dumps(result) + "\n")

@@ -134,10 +134,6 @@ def recipe_lines() -> list[str]:
         if r.cmudict_hints:
             extra += ("; each word read with CMUdict's first transcription after it, where CMUdict has it, dev and "
                       "test words included, as the subtask's rules allow (`--source-hints`, docs/g2p.md)")
-        if r.hint_margin_nats is not None:
-            extra += (f"; CMUdict's transcription is the answer where the model, teacher-forced, scores it within "
-                      f"{r.hint_margin_nats:g} nats of its own best (`source_hints.prefer_within_nats`, "
-                      f"service/engine/hints.py)")
         alt = f", and each again with `{' '.join(r.alt_flags)}`" if r.alt_flags else ""
         on_dev = (f"; on the train and dev files together, each member its run's last epoch: "
                   f"`{' '.join(sigmorphon.TRAIN_ON_DEV)}`" if r.train_on_dev else "")

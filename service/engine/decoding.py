@@ -78,12 +78,10 @@ def decode_whole(engine: Engine, work: list[Work]) -> tuple[list[list[Decoded]],
 
 
 def settle(engine: Engine, hyps: list[list[Decoded]], options: list[DecodeOptions]) -> list[list[Decoded]]:
-    """Each source's hypotheses (best first) with the bundle's hint preference (service/engine/hints.py), then its
-    prosody memory (service/engine/prosody.py), applied to the best; unchanged where the bundle has neither. An
-    output they put first is forced through the model alone, so its score and attention are the model's whatever
-    it was batched with; it goes first, and the same output lower in the list is dropped."""
-    if engine.hints is not None and engine.hints.prefer_within_nats is not None:
-        hyps = [_prefer_hint(engine, hs, opts) for hs, opts in zip(hyps, options)]
+    """Each source's hypotheses (best first) with the bundle's prosody memory applied to the best
+    (service/engine/prosody.py); unchanged where the bundle has none. An output the memory edits is forced
+    through the model alone, so its score and attention are the model's whatever it was batched with; it
+    goes first, and the same output lower in the list is dropped."""
     memory = engine.prosody
     if memory is None:
         return hyps
@@ -96,30 +94,11 @@ def settle(engine: Engine, hyps: list[list[Decoded]], options: list[DecodeOption
             continue
         ids = engine.target_ids(edited)
         (forced,) = force(engine, [best.src_tokens], [ids], [opts.attention_top_k])
-        settled.append(_first(forced, hs[1:], hs[0], opts))  # the memory's edit replaces the best
+        alpha = opts.length_penalty_alpha  # ranked as beam.py ranks: log_prob / length ** alpha
+        rank = None if best.rank_score is None else forced.score / forced.steps ** alpha if alpha else forced.score
+        settled.append([replace(forced, token_log_probs=None, rank_score=rank),
+                        *(h for h in hs[1:] if h.output_ids != ids)])
     return settled
-
-
-def _prefer_hint(engine: Engine, hs: list[Decoded], opts: DecodeOptions) -> list[Decoded]:
-    """The word's hint first where the model, teacher-forced, scores it within the bundle's margin of its own best
-    output. Both are forced together, the two alone, so the choice is the same whatever the word was decoded with."""
-    best = hs[0]
-    ids = engine.hint_ids(best.src_tokens)
-    if ids is None or ids == best.output_ids:
-        return hs
-    hint, own = force(engine, [best.src_tokens] * 2, [ids, best.output_ids], [opts.attention_top_k] * 2)
-    if hint.score < own.score - engine.hints.prefer_within_nats:
-        return hs
-    return _first(hint, hs, best, opts)[:len(hs)]  # the model's best next, as many hypotheses as before
-
-
-def _first(forced: Decoded, rest: list[Decoded], best: Decoded, opts: DecodeOptions) -> list[Decoded]:
-    """A forced output, ranked as beam.py ranks (log_prob / length ** alpha), before the rest of a source's
-    hypotheses but any with the same output."""
-    alpha = opts.length_penalty_alpha
-    rank = None if best.rank_score is None else forced.score / forced.steps ** alpha if alpha else forced.score
-    return [replace(forced, token_log_probs=None, rank_score=rank),
-            *(h for h in rest if h.output_ids != forced.output_ids)]
 
 
 @dataclass

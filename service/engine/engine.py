@@ -18,7 +18,6 @@ import logging
 import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import cached_property
 
 import numpy as np
 import onnx
@@ -240,22 +239,6 @@ class Engine:
     def unknown_symbols(self, tokens: list[str]) -> list[tuple[int, str]]:
         """(position, symbol) of each source token outside the model's alphabet."""
         return [(i, t) for i, t in enumerate(tokens) if t not in self.alphabet]
-
-    def hint_ids(self, tokens: list[str]) -> list[int] | None:
-        """The word's hint as output ids, where the bundle prefers its hints and the word's hint is spelled in
-        output symbols (hints.segments); else None."""
-        if self.hints is None or self.hints.prefer_within_nats is None:
-            return None
-        hint = self.hints.by_word.get("".join(tokens))
-        if hint is None:
-            return None
-        symbols = self._output_symbols
-        spelled = hints.segments(hint, symbols, max(map(len, symbols)))
-        return None if spelled is None else [self._tgt_index[t] for t in spelled]
-
-    @cached_property
-    def _output_symbols(self) -> set[str]:
-        return {t for i, t in enumerate(self.tgt_vocab) if i not in self._specials}
 
     def tokenize_target(self, text: str) -> list[str]:
         return list(text) if self.tgt_joiner == "" else text.split()

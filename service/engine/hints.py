@@ -9,13 +9,7 @@ training did: Engine.encode extends each source here, after the answering layer 
 symbols, and the attention returned covers the word's characters (the rest of each row went to the hint).
 
 The same function extends sources in training (training/train.py --source-hints) and in the export's parity
-check, so a hint is spelled one way everywhere.
-
-A bundle may also prefer its hints as answers (the manifest's `source_hints.prefer_within_nats`): where a word's
-hint, spelled in the model's output symbols, scores within that many nats of the model's own best output (both
-teacher-forced by the model, decoding.py `settle`), the hint is the answer. The model reads the hint and mostly
-follows it; where it strays, often it strays from a right transcription only a little less likely than its own.
-Free of onnxruntime: data and pure functions.
+check, so a hint is spelled one way everywhere. Free of onnxruntime: data and one pure function.
 """
 from __future__ import annotations
 
@@ -30,7 +24,6 @@ SEPARATOR = "|"  # between a word's letters and its hint; in no source of a mode
 class SourceHints:
     by_word: dict[str, str]  # word (its tokens joined) -> hint
     separator: str = SEPARATOR
-    prefer_within_nats: float | None = None  # a hint the model scores this close to its best is the answer
 
     def after(self, tokens: list[str] | tuple[str, ...]) -> list[str]:
         """What the model reads after a word's own tokens: the separator and its hint, or nothing."""
@@ -44,20 +37,6 @@ class SourceHints:
     def symbols(self) -> set[str]:
         """Every symbol a hint adds (the separator among them)."""
         return {self.separator, *(c for hint in self.by_word.values() for c in hint)}
-
-
-def segments(hint: str, symbols: set[str], longest: int) -> list[str] | None:
-    """The hint as output symbols, the longest that fits first at each place (`longest`: the longest symbol's
-    length), or None where a character starts no symbol."""
-    out, i = [], 0
-    while i < len(hint):
-        symbol = next((hint[i:i + n] for n in range(min(longest, len(hint) - i), 0, -1) if hint[i:i + n] in symbols),
-                      None)
-        if symbol is None:
-            return None
-        out.append(symbol)
-        i += len(symbol)
-    return out
 
 
 def read(path: Path) -> dict[str, str]:
@@ -76,7 +55,4 @@ def load(manifest: dict, path: Path) -> SourceHints | None:
     spec = manifest.get("source_hints")
     if not spec:
         return None
-    margin = spec.get("prefer_within_nats")
-    if margin is not None and not (isinstance(margin, (int, float)) and margin >= 0):
-        raise ValueError(f"source_hints.prefer_within_nats must be a number >= 0, got {margin!r}")
-    return SourceHints(read(Path(path) / spec["file"]), spec["separator"], None if margin is None else float(margin))
+    return SourceHints(read(Path(path) / spec["file"]), spec["separator"])
