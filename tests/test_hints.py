@@ -107,3 +107,49 @@ def test_hints_need_char_sources(corpus, tmp_path):
     with pytest.raises(SystemExit):
         train.main(given_args(corpus, tmp_path / "run") + ["--source-hints", str(tmp_path / "h.tsv"),
                                                             "--src-tokens", "words"])
+
+
+def test_a_word_the_hints_lack_reads_its_longest_prefixs_hint_marked_as_a_prefixs():
+    h = hints.SourceHints({"knight": "naɪt", "knig": "nɪɡ", "kni": "ni"}, back_off=hints.BackOff(4, 4))
+    assert h.extend(list("knights")) == [*"knights", "|", "~", *"naɪt"]  # the longest prefix
+    assert h.extend(list("knighthood")) == [*"knighthood", "|", "~", *"naɪt"]  # four letters left
+    assert h.extend(list("knightliness")) == list("knightliness")  # six left: too many
+    assert h.extend(list("knigh")) == [*"knigh", "|", "~", *"nɪɡ"]
+    assert h.extend(list("knix")) == list("knix")  # "kni" is shorter than min_prefix
+    assert h.extend(list("knight")) == [*"knight", "|", *"naɪt"]  # a word the hints have reads its own
+    assert "~" in h.symbols() and "~" not in hints.SourceHints(h.by_word).symbols()
+
+
+@pytest.mark.parametrize("text", ["4", "4,x", "4,4,4", "0,4", "4,0"])
+def test_a_back_off_is_refused_with_the_text_that_is_wrong(text):
+    with pytest.raises(ValueError, match="back-off wants"):
+        hints.BackOff.parse(text)
+
+
+@pytest.fixture(scope="module")
+def backed_off(hinted, corpus, tmp_path_factory):
+    """The hinted fixture's hints and data, trained with a back-off: a word the hints lack reads its prefix's."""
+    root = tmp_path_factory.mktemp("back_off")
+    train.main(given_args(corpus, root / "run") + ["--source-hints", str(hinted["path"]),
+                                                    "--source-hints-back-off", "2,3"])
+    model_dir = root / "models" / "tiny-back-off"
+    manifest = build_bundle(root / "run" / "best.pt", model_dir / "1", "tiny-back-off", "1", parity_words=100)
+    engine = Engine(load_bundle(model_dir / "1"), EngineConfig(intra_op_threads=1))
+    return {"manifest": manifest, "engine": engine,
+            "checkpoint": torch.load(root / "run" / "best.pt", weights_only=False)}
+
+
+def test_a_back_off_is_trained_with_recorded_and_served_as_trained(backed_off, hinted, corpus):
+    by_word, back_off = hinted["by_word"], {"min_prefix": 2, "max_rest": 3, "mark": "~"}
+    assert backed_off["checkpoint"]["data"]["source_hints"]["back_off"] == back_off
+    assert "~" in backed_off["checkpoint"]["src_vocab"]  # the mark was trained on
+    m = backed_off["manifest"]
+    assert m["source_hints"]["back_off"] == back_off and "~" in m["source_hints"]["hint_only_symbols"]
+    assert parity_ok(m["parity"])  # PyTorch and the engine read the same backed-off sources
+    engine = backed_off["engine"]
+    assert engine.hints.back_off == hints.BackOff(**back_off) and "~" not in engine.alphabet
+    index = {t: i for i, t in enumerate(engine.src_vocab)}
+    word = next(w for w in corpus["words"]["test"] if w not in by_word and engine.hints.after(list(w)))
+    prefix = max((w for w in by_word if word.startswith(w) and 2 <= len(w) < len(word) <= len(w) + 3), key=len)
+    assert engine.source_ids(list(word)) == [index[c] for c in [*word, "|", "~", *by_word[prefix]]]
+    assert "back_off" not in hinted["manifest"]["source_hints"]  # none asked for: the bundle as before
