@@ -191,17 +191,6 @@ def test_cmudict_hints_hold_the_first_transcription_or_each_distinct_one(tmp_pat
     assert "+cmudict_hints_all" in sigmorphon.member_flags("eng_us", 1, replace(recipe, cmudict_hints_all=True))
 
 
-def test_a_cmudict_hints_back_off_is_a_training_flag_and_marks_the_members(tmp_path):
-    recipe = replace(sigmorphon.recipe_for("eng_us"), cmudict_ipa=False)
-    plain = sigmorphon.cmudict_flags("eng_us", recipe, tmp_path, sigmorphon.files("eng_us")["train"])
-    assert "--source-hints-back-off" not in plain
-    assert not any(f.startswith("+cmudict_hints_back_off") for f in sigmorphon.member_flags("eng_us", 1, recipe))
-    backed = replace(recipe, cmudict_hints_back_off="4,4")
-    argv = sigmorphon.cmudict_flags("eng_us", backed, tmp_path, sigmorphon.files("eng_us")["train"])
-    assert argv[argv.index("--source-hints-back-off") + 1] == "4,4"
-    assert "+cmudict_hints_back_off=4,4" in sigmorphon.member_flags("eng_us", 1, backed)
-
-
 def test_a_held_out_question_on_eng_us_gets_cmudict_without_a_held_out_dev_or_test_word(tmp_path):
     from training.sigmorphon_english import MARK
 

@@ -249,12 +249,9 @@ def bundle_hints(out: Path, record: dict, splits: dict) -> dict:
 
     (out / hints.FILE).write_bytes(recorded_file(record).read_bytes())
     own = {c for split in ("train", "dev") for p in splits[split] for c in p.src}
-    back_off = record.get("back_off")
-    brought = hints.SourceHints(hints.read(out / hints.FILE), record["separator"],
-                                back_off and hints.BackOff(**back_off)).symbols()
+    brought = hints.SourceHints(hints.read(out / hints.FILE), record["separator"]).symbols()
     return {"file": hints.FILE, "separator": record["separator"], "words": record["words"],
-            "trained_with": record["path"], "hint_only_symbols": sorted(brought - own),
-            **({"back_off": back_off} if back_off else {})}
+            "trained_with": record["path"], "hint_only_symbols": sorted(brought - own)}
 
 
 def build_bundle(checkpoint: Path | list[Path], out: Path, name: str, version: str, parity_words: int,

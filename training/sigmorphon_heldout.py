@@ -98,16 +98,10 @@ def main(argv=None):
                    "before on the same split (the recipe retrained the same session: --tag base)")
     p.add_argument("--cmudict-hints-all", action="store_true",
                    help="eng_us: hints with each of CMUdict's distinct transcriptions, not the first alone")
-    p.add_argument("--cmudict-hints-back-off", metavar="MIN_PREFIX,MAX_REST", default="",
-                   help="eng_us: a word CMUdict lacks read with its longest prefix's hint (service/engine/hints.py)")
     p.add_argument("flags", nargs="*", help="after --: python -m training.train flags beside the recipe's")
     args = p.parse_args(argv)
     for lang in args.langs:
-        recipe = recipe_for(lang)
-        if args.cmudict_hints_all:
-            recipe = replace(recipe, cmudict_hints_all=True)
-        if args.cmudict_hints_back_off:
-            recipe = replace(recipe, cmudict_hints_back_off=args.cmudict_hints_back_off)
+        recipe = replace(recipe_for(lang), cmudict_hints_all=True) if args.cmudict_hints_all else None
         result = ask(lang, args.tag, args.seeds, args.flags, recipe=recipe)
         print(json.dumps(result), flush=True)
         if args.against:

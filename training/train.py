@@ -117,7 +117,7 @@ def load_corpus(args) -> tuple[dict[str, list[Pair]], dict]:
         splits["train"] = splits["train"] + splits["dev"]
         desc["train_on_dev"] = True
     if args.source_hints:
-        splits, desc["source_hints"] = with_hints(splits, args.source_hints, args.source_hints_back_off)
+        splits, desc["source_hints"] = with_hints(splits, args.source_hints)
     desc["pairs"] = {k: len(v) for k, v in splits.items()}
     desc["words"] = {k: len({p.src for p in v}) for k, v in splits.items()}
     if not splits["train"] or not splits["dev"]:
@@ -125,18 +125,14 @@ def load_corpus(args) -> tuple[dict[str, list[Pair]], dict]:
     return splits, desc
 
 
-def with_hints(splits: dict[str, list[Pair]], path: Path, back_off=None) -> tuple[dict[str, list[Pair]], dict]:
-    """Every split's sources read with their hints (service/engine/hints.py, as the server reads them; with
-    `back_off`, a hints.BackOff, a word the file lacks reads its prefix's), and how a data description names the
-    hints; the export copies them into the bundle."""
-    from dataclasses import asdict
-
+def with_hints(splits: dict[str, list[Pair]], path: Path) -> tuple[dict[str, list[Pair]], dict]:
+    """Every split's sources read with their hints (service/engine/hints.py, as the server reads them), and how
+    a data description names the hints; the export copies them into the bundle."""
     from service.engine.hints import SourceHints, read
 
-    hints = SourceHints(read(path), back_off=back_off)
+    hints = SourceHints(read(path))
     hinted = {k: [Pair(tuple(hints.extend(p.src)), p.tgt) for p in v] for k, v in splits.items()}
-    record = {**file_record(path), "separator": hints.separator, "words": len(hints.by_word)}
-    return hinted, {**record, "back_off": asdict(back_off)} if back_off else record
+    return hinted, {**file_record(path), "separator": hints.separator, "words": len(hints.by_word)}
 
 
 def make_batches(pairs: list[tuple[list[int], list[int]]], batch_size: int, rng: random.Random):
@@ -356,9 +352,6 @@ def parse_args(argv=None):
     p.add_argument("--source-hints", type=Path,
                    help="word<TAB>hint file (service/engine/hints.py): a word it has is read with its hint after it, "
                    "in training and by the server (char sources only)")
-    p.add_argument("--source-hints-back-off", type=_back_off, metavar="MIN_PREFIX,MAX_REST",
-                   help="with --source-hints: a word the file lacks is read with the hint of its longest prefix the "
-                   "file has (at least MIN_PREFIX characters, leaving at most MAX_REST), marked as a prefix's")
     p.add_argument("--train-on-dev", type=_true, default=False,
                    help="given splits: the dev pairs train too, once every choice was made on dev without them; "
                    "dev then picks nothing: export last.pt (--save-last true), the end of the schedule")
@@ -378,8 +371,6 @@ def parse_args(argv=None):
         p.error("--tsv, --train-tsv, --dev-tsv and --test-tsv are for --corpus tsv")
     if args.train_on_dev and not (args.train_tsv and args.save_last):
         p.error("--train-on-dev is for given splits (--train-tsv, --dev-tsv), with --save-last true")
-    if args.source_hints_back_off and not args.source_hints:
-        p.error("--source-hints-back-off backs off within --source-hints: give both")
     if args.source_hints and args.src_tokens != "chars":
         p.error("--source-hints extends a word's characters: it needs --src-tokens chars")
     return args
@@ -387,15 +378,6 @@ def parse_args(argv=None):
 
 def _true(s: str) -> bool:
     return s.lower() in ("1", "true", "yes")
-
-
-def _back_off(s: str):
-    from service.engine.hints import BackOff
-
-    try:
-        return BackOff.parse(s)
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def _add_field(p: argparse.ArgumentParser, field: str, default):

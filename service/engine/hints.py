@@ -3,8 +3,7 @@
 eng_us (the high subtask, whose rules allow any outside resource but Wiktionary) has models that read, after a
 word's letters, a separator and CMUdict's transcription of the word in the task's IPA, where CMUdict has the word:
 `knight` is read as `k n i g h t | n a ɪ t`. The model learns how Wiktionary's conventions differ from CMUdict's;
-a word CMUdict lacks is read by its letters alone, or, where the bundle has a back-off (BackOff), with the hint
-of its longest prefix CMUdict has, marked as a prefix's (`knights` as `k n i g h t s | ~ n a ɪ t`). The hints travel in the bundle (the manifest's `source_hints`,
+a word CMUdict lacks is read by its letters alone. The hints travel in the bundle (the manifest's `source_hints`,
 written by training/export.py from the file the model trained with), so the server reads a word exactly as
 training did: Engine.encode extends each source here, after the answering layer has checked the word's own
 symbols, and the attention returned covers the word's characters (the rest of each row went to the hint).
@@ -22,51 +21,13 @@ SEPARATOR = "|"  # between a word's letters and its hint; in no source of a mode
 
 
 @dataclass(frozen=True)
-class BackOff:
-    """Where the hints lack a word: the hint of its longest proper prefix they have, of at least min_prefix
-    tokens and leaving at most max_rest, after `mark` (so the model tells a prefix's hint from the word's own:
-    `knights` reads `~naɪt`, knight's). Not chained: a prefix counts only where the hints have it itself."""
-    min_prefix: int = 4
-    max_rest: int = 4
-    mark: str = "~"
-
-    def __post_init__(self):
-        if self.min_prefix < 1 or self.max_rest < 1:
-            raise ValueError(f"back-off wants min_prefix and max_rest >= 1, got {self.min_prefix}, {self.max_rest}")
-        if len(self.mark) != 1 or self.mark in (SEPARATOR, " ", "\t"):
-            raise ValueError(f"back-off mark must be one character other than {SEPARATOR!r} or a space, "
-                             f"got {self.mark!r}")
-
-    def hint(self, tokens: list[str] | tuple[str, ...], by_word: dict[str, str]) -> str | None:
-        """The marked hint of the longest prefix of `tokens` that `by_word` has, or None."""
-        for k in range(len(tokens) - 1, max(self.min_prefix, len(tokens) - self.max_rest) - 1, -1):
-            hint = by_word.get("".join(tokens[:k]))
-            if hint is not None:
-                return self.mark + hint
-        return None
-
-    @classmethod
-    def parse(cls, text: str) -> "BackOff":
-        """`MIN_PREFIX,MAX_REST` (a command line's spelling); ValueError naming the text otherwise."""
-        try:
-            min_prefix, max_rest = (int(n) for n in text.split(","))
-        except ValueError:
-            raise ValueError(f"back-off wants MIN_PREFIX,MAX_REST (two integers), got {text!r}") from None
-        return cls(min_prefix, max_rest)
-
-
-@dataclass(frozen=True)
 class SourceHints:
     by_word: dict[str, str]  # word (its tokens joined) -> hint
     separator: str = SEPARATOR
-    back_off: BackOff | None = None  # for a word by_word lacks; None: such a word is read by its tokens alone
 
     def after(self, tokens: list[str] | tuple[str, ...]) -> list[str]:
-        """What the model reads after a word's own tokens: the separator and its hint (or its prefix's), or
-        nothing."""
+        """What the model reads after a word's own tokens: the separator and its hint, or nothing."""
         hint = self.by_word.get("".join(tokens))
-        if hint is None and self.back_off is not None:
-            hint = self.back_off.hint(tokens, self.by_word)
         return [] if hint is None else [self.separator, *hint]
 
     def extend(self, tokens: list[str] | tuple[str, ...]) -> list[str]:
@@ -75,8 +36,7 @@ class SourceHints:
 
     def symbols(self) -> set[str]:
         """Every symbol a hint adds (the separator among them)."""
-        marks = {self.back_off.mark} if self.back_off else set()
-        return {self.separator, *marks, *(c for hint in self.by_word.values() for c in hint)}
+        return {self.separator, *(c for hint in self.by_word.values() for c in hint)}
 
 
 def read(path: Path) -> dict[str, str]:
@@ -95,5 +55,4 @@ def load(manifest: dict, path: Path) -> SourceHints | None:
     spec = manifest.get("source_hints")
     if not spec:
         return None
-    back_off = spec.get("back_off")
-    return SourceHints(read(Path(path) / spec["file"]), spec["separator"], back_off and BackOff(**back_off))
+    return SourceHints(read(Path(path) / spec["file"]), spec["separator"])
