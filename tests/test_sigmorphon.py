@@ -2,7 +2,6 @@
 task's splits, exported as their ensemble, quantized, scored, written to models/<name>/1 without its
 checkpoint, resumed without training again, and tabled."""
 import json
-from dataclasses import replace
 import random
 from pathlib import Path
 
@@ -172,23 +171,6 @@ def test_cmudict_in_the_task_ipa_is_marked_and_leaves_out_the_held_out_words(tmp
     sources = {line.split("\t")[0] for line in lines[1:]}
     assert all(s.startswith(MARK) for s in sources) and f"{MARK}knight" in sources
     assert f"{MARK}above" not in sources and f"{MARK}bird" not in sources
-
-
-def test_cmudict_hints_hold_the_first_transcription_or_each_distinct_one(tmp_path):
-    from training.sigmorphon_english import MARK, PRONS_JOINER, write_hints
-
-    first, every = tmp_path / "first.tsv", tmp_path / "every.tsv"
-    write_hints(first)
-    write_hints(every, all_prons=True)
-    hint = {name: dict(line.split("\t") for line in path.read_text(encoding="utf-8").splitlines())
-            for name, path in (("first", first), ("every", every))}
-    assert hint["first"]["either"] == "iðɚ" and hint["every"]["either"] == f"iðɚ{PRONS_JOINER}aɪðɚ"
-    assert hint["first"]["knight"] == hint["every"]["knight"] == "naɪt"  # one transcription: the same hint
-    assert hint["first"].keys() == hint["every"].keys()
-    assert hint["every"].get(f"{MARK}either") in (None, hint["every"]["either"])  # half the marked sources have one
-    recipe = sigmorphon.recipe_for("eng_us")
-    assert "+cmudict_hints_all" not in sigmorphon.member_flags("eng_us", 1, recipe)  # a model built so is not rebuilt
-    assert "+cmudict_hints_all" in sigmorphon.member_flags("eng_us", 1, replace(recipe, cmudict_hints_all=True))
 
 
 def test_a_held_out_question_on_eng_us_gets_cmudict_without_a_held_out_dev_or_test_word(tmp_path):

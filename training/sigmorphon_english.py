@@ -10,8 +10,7 @@ entries for eng_us's dev and test words are left out, so that neither is seen in
 convention.
 
 write_hints writes the other way the models use CMUdict (service/engine/hints.py): each a-z word's first
-transcription (or, with all_prons, each of its distinct ones, joined by `,`), in the same IPA, as a hint the model
-reads after the word's letters, in training and served. The
+transcription, in the same IPA, as a hint the model reads after the word's letters, in training and served. The
 rules allow any outside resource but Wiktionary, so the hints cover every word CMUdict has, dev and test words
 among them: a test word's hint is CMUdict's transcription, in CMUdict's conventions, never the task's gold one.
 """
@@ -62,12 +61,8 @@ def hinted_when_marked(word: str) -> bool:
     return int(hashlib.md5(word.encode("utf-8")).hexdigest(), 16) % 2 == 0
 
 
-PRONS_JOINER = ","  # between the transcriptions of an all_prons hint: in no transcription, nor any eng_us spelling
-
-
-def write_hints(out: Path, all_prons: bool = False) -> dict:
-    """word<TAB>hint for every a-z word of CMUdict: its first transcription in eng_us's IPA, segments joined (with
-    all_prons each of its distinct transcriptions so, in CMUdict's order, joined by PRONS_JOINER); and
+def write_hints(out: Path) -> dict:
+    """word<TAB>hint for every a-z word of CMUdict: its first transcription in eng_us's IPA, segments joined; and
     the same hint for half the marked sources (hinted_when_marked). A model can fit every training word from its
     letters alone, so where hints came with training words only it learned to ignore them; on the marked pairs
     that carry one, the hint is the answer, which teaches the model to read it (the other half keep teaching
@@ -77,8 +72,7 @@ def write_hints(out: Path, all_prons: bool = False) -> dict:
     lines = []
     for word, prons in sorted(cmudict.dict().items()):
         if WORD.match(word) and prons:
-            ipa = dict.fromkeys(to_ipa(p).replace(" ", "") for p in (prons if all_prons else prons[:1]))
-            hint = PRONS_JOINER.join(ipa)
+            hint = to_ipa(prons[0]).replace(" ", "")
             lines += [f"{word}\t{hint}"] + ([f"{MARK}{word}\t{hint}"] if hinted_when_marked(word) else [])
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("".join(line + "\n" for line in lines), encoding="utf-8")

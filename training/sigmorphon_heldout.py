@@ -21,13 +21,12 @@ import argparse
 import hashlib
 import json
 import sys
-from dataclasses import replace
 from pathlib import Path
 
 from training.data import REPO, read_lines
 from training.sigmorphon import (RULES, _parsed, _train_flags, cmudict_flags, files, recipe_for, run_training,
                                  task_wer, trained_pairs, with_memory)
-from training.sigmorphon_recipes import BEAM, LANGS, Recipe
+from training.sigmorphon_recipes import BEAM, LANGS
 
 RUNS = REPO / "runs" / "sigmorphon-heldout"
 
@@ -46,8 +45,9 @@ def split_train(lang: str, out: Path) -> tuple[Path, Path]:
     return rest, held
 
 
-def member(lang: str, seed: int, rest: Path, held: Path, run: Path, extra: list[str], recipe: Recipe) -> Path:
+def member(lang: str, seed: int, rest: Path, held: Path, run: Path, extra: list[str]) -> Path:
     """Train one member (skipped when its result.json exists); its checkpoint."""
+    recipe = recipe_for(lang)
     flags = [*_train_flags(lang, seed, recipe, RULES, False), *extra]
     checkpoint = run / ("last.pt" if _parsed(flags)["train_on_dev"] else "best.pt")
     if (run / "result.json").exists():
@@ -59,16 +59,13 @@ def member(lang: str, seed: int, rest: Path, held: Path, run: Path, extra: list[
     return checkpoint
 
 
-def ask(lang: str, tag: str, seeds: list[int], extra: list[str], runs: Path = RUNS,
-        recipe: Recipe | None = None) -> dict:
-    """Train the members (the language's recipe, or `recipe`), export their ensemble, score the held-out words; the
-    figure, also in result.json."""
+def ask(lang: str, tag: str, seeds: list[int], extra: list[str], runs: Path = RUNS) -> dict:
+    """Train the members, export their ensemble, score the held-out words; the figure, also in result.json."""
     from training.export import build_bundle
 
     out = runs / lang / tag
     rest, held = split_train(lang, runs / lang)
-    recipe = recipe or recipe_for(lang)
-    checkpoints = [member(lang, seed, rest, held, out / f"seed{seed}", extra, recipe) for seed in seeds]
+    checkpoints = [member(lang, seed, rest, held, out / f"seed{seed}", extra) for seed in seeds]
     bundle = out / "bundle" / "1"
     build_bundle(checkpoints if len(checkpoints) > 1 else checkpoints[0], bundle, f"{lang}-{tag}", "1",
                  parity_words=50, lexicon=False)
@@ -96,13 +93,10 @@ def main(argv=None):
     p.add_argument("--seeds", nargs="+", type=int, default=[1], help="several: one ensemble")
     p.add_argument("--against", metavar="TAG", help="print each language's words wrong beside this tag's, asked "
                    "before on the same split (the recipe retrained the same session: --tag base)")
-    p.add_argument("--cmudict-hints-all", action="store_true",
-                   help="eng_us: hints with each of CMUdict's distinct transcriptions, not the first alone")
     p.add_argument("flags", nargs="*", help="after --: python -m training.train flags beside the recipe's")
     args = p.parse_args(argv)
     for lang in args.langs:
-        recipe = replace(recipe_for(lang), cmudict_hints_all=True) if args.cmudict_hints_all else None
-        result = ask(lang, args.tag, args.seeds, args.flags, recipe=recipe)
+        result = ask(lang, args.tag, args.seeds, args.flags)
         print(json.dumps(result), flush=True)
         if args.against:
             print(json.dumps(against(result, args.against)), flush=True)
