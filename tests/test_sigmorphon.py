@@ -306,3 +306,14 @@ def test_profile_step_times_a_recipes_member_and_names_its_operators():
 
     mean_ms, table = profile("ady", steps=1, warm=1)
     assert mean_ms > 0 and "aten::" in table and "Self CPU" in table
+
+
+def test_each_source_is_held_out_by_exactly_one_eighth_and_each_eighth_has_its_own_runs():
+    sources = [f"word{i}" for i in range(200)]
+    eighths = [[k for k in range(8) if sigmorphon_heldout.held_out(s, k)] for s in sources]
+    assert all(len(e) == 1 for e in eighths) and {e[0] for e in eighths} == set(range(8))
+    assert [s for s in sources if sigmorphon_heldout.held_out(s)] == [s for s, e in zip(sources, eighths) if e == [0]]
+    assert sigmorphon_heldout.runs_of(0) == sigmorphon_heldout.RUNS  # the figures Tried records
+    assert len({sigmorphon_heldout.runs_of(k) for k in range(8)}) == 8
+    with pytest.raises(ValueError, match="got 8"):
+        sigmorphon_heldout.runs_of(8)

@@ -31,17 +31,25 @@ from training.sigmorphon_recipes import BEAM, LANGS
 RUNS = REPO / "runs" / "sigmorphon-heldout"
 
 
-def held_out(source: str) -> bool:
-    return int(hashlib.md5(source.encode("utf-8")).hexdigest(), 16) % 8 == 0
+def held_out(source: str, eighth: int = 0) -> bool:
+    return int(hashlib.md5(source.encode("utf-8")).hexdigest(), 16) % 8 == eighth
 
 
-def split_train(lang: str, out: Path) -> tuple[Path, Path]:
+def runs_of(eighth: int) -> Path:
+    """Where the questions on an eighth go: RUNS for the first (0), whose figures Tried records; beside it for
+    the others (a question's second look, on words its first answer was not read on)."""
+    if not 0 <= eighth < 8:
+        raise ValueError(f"an eighth is 0-7, got {eighth}")
+    return RUNS if eighth == 0 else RUNS.with_name(f"{RUNS.name}-{eighth}")
+
+
+def split_train(lang: str, out: Path, eighth: int = 0) -> tuple[Path, Path]:
     """The language's train file as (the rest, the held-out eighth), written under `out`."""
     rows = read_lines(files(lang)["train"])
     rest, held = out / "train_rest.tsv", out / "heldout.tsv"
     out.mkdir(parents=True, exist_ok=True)
     for path, keep in ((rest, False), (held, True)):
-        path.write_text("".join(f"{s}\t{t}\n" for s, t in rows if held_out(s) == keep), encoding="utf-8")
+        path.write_text("".join(f"{s}\t{t}\n" for s, t in rows if held_out(s, eighth) == keep), encoding="utf-8")
     return rest, held
 
 
@@ -59,12 +67,13 @@ def member(lang: str, seed: int, rest: Path, held: Path, run: Path, extra: list[
     return checkpoint
 
 
-def ask(lang: str, tag: str, seeds: list[int], extra: list[str], runs: Path = RUNS) -> dict:
-    """Train the members, export their ensemble, score the held-out words; the figure, also in result.json."""
+def ask(lang: str, tag: str, seeds: list[int], extra: list[str], runs: Path = RUNS, eighth: int = 0) -> dict:
+    """Train the members, export their ensemble, score the held-out words (`eighth` of the train file); the
+    figure, also in result.json."""
     from training.export import build_bundle
 
     out = runs / lang / tag
-    rest, held = split_train(lang, runs / lang)
+    rest, held = split_train(lang, runs / lang, eighth)
     checkpoints = [member(lang, seed, rest, held, out / f"seed{seed}", extra) for seed in seeds]
     bundle = out / "bundle" / "1"
     build_bundle(checkpoints if len(checkpoints) > 1 else checkpoints[0], bundle, f"{lang}-{tag}", "1",
@@ -93,13 +102,17 @@ def main(argv=None):
     p.add_argument("--seeds", nargs="+", type=int, default=[1], help="several: one ensemble")
     p.add_argument("--against", metavar="TAG", help="print each language's words wrong beside this tag's, asked "
                    "before on the same split (the recipe retrained the same session: --tag base)")
+    p.add_argument("--eighth", type=int, choices=range(8), default=0,
+                   help="hold out the sources whose md5 %% 8 is this (runs/sigmorphon-heldout-<K>/ but for 0): "
+                   "another look at a question on words its first figures were not read on")
     p.add_argument("flags", nargs="*", help="after --: python -m training.train flags beside the recipe's")
     args = p.parse_args(argv)
+    runs = runs_of(args.eighth)
     for lang in args.langs:
-        result = ask(lang, args.tag, args.seeds, args.flags)
+        result = ask(lang, args.tag, args.seeds, args.flags, runs, args.eighth)
         print(json.dumps(result), flush=True)
         if args.against:
-            print(json.dumps(against(result, args.against)), flush=True)
+            print(json.dumps(against(result, args.against, runs)), flush=True)
 
 
 if __name__ == "__main__":
