@@ -11,9 +11,10 @@ whose pairs is a held-out word's) with the recipe's flags, the language's own an
 and score the held-out words with the task's scorer through the engine (beam 5, fp32), several seeds as
 one ensemble. Write the rule before reading a figure, and compare with the recipe retrained
 in the same session on the same split (`--tag base`, then `--against base`): a figure recorded on another day
-may not reproduce exactly (docs/sigmorphon.md, Tried). Runs go to
-runs/sigmorphon-heldout/<lang>/<tag>/, each language's figure to its result.json there; the test file is
-never read.
+may not reproduce exactly (docs/sigmorphon.md, Tried). `--eighth K` holds out another eighth (md5 % 8 == K),
+a question's second look on words its first figures were not read on. Runs go to
+runs/sigmorphon-heldout/<lang>/<tag>/ (runs/sigmorphon-heldout-K/ for another eighth), each language's figure
+to its result.json there; the test file is never read.
 """
 from __future__ import annotations
 
@@ -49,7 +50,10 @@ def split_train(lang: str, out: Path, eighth: int = 0) -> tuple[Path, Path]:
     rest, held = out / "train_rest.tsv", out / "heldout.tsv"
     out.mkdir(parents=True, exist_ok=True)
     for path, keep in ((rest, False), (held, True)):
-        path.write_text("".join(f"{s}\t{t}\n" for s, t in rows if held_out(s, eighth) == keep), encoding="utf-8")
+        text = "".join(f"{s}\t{t}\n" for s, t in rows if held_out(s, eighth) == keep)
+        # a question asked beside another on the same split finds the same bytes: never rewrite a file a run may read
+        if not path.exists() or path.read_text(encoding="utf-8") != text:
+            path.write_text(text, encoding="utf-8")
     return rest, held
 
 
@@ -67,11 +71,12 @@ def member(lang: str, seed: int, rest: Path, held: Path, run: Path, extra: list[
     return checkpoint
 
 
-def ask(lang: str, tag: str, seeds: list[int], extra: list[str], runs: Path = RUNS, eighth: int = 0) -> dict:
+def ask(lang: str, tag: str, seeds: list[int], extra: list[str], runs: Path | None = None, eighth: int = 0) -> dict:
     """Train the members, export their ensemble, score the held-out words (`eighth` of the train file); the
-    figure, also in result.json."""
+    figure, also in result.json. Runs go under `runs`, by default the eighth's own folder (runs_of)."""
     from training.export import build_bundle
 
+    runs = runs or runs_of(eighth)
     out = runs / lang / tag
     rest, held = split_train(lang, runs / lang, eighth)
     checkpoints = [member(lang, seed, rest, held, out / f"seed{seed}", extra) for seed in seeds]
@@ -109,7 +114,7 @@ def main(argv=None):
     args = p.parse_args(argv)
     runs = runs_of(args.eighth)
     for lang in args.langs:
-        result = ask(lang, args.tag, args.seeds, args.flags, runs, args.eighth)
+        result = ask(lang, args.tag, args.seeds, args.flags, eighth=args.eighth)
         print(json.dumps(result), flush=True)
         if args.against:
             print(json.dumps(against(result, args.against, runs)), flush=True)
