@@ -13,6 +13,7 @@ import logging
 import os
 import signal
 import sys
+from dataclasses import replace
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -24,7 +25,7 @@ from service.transport.admin import AdminServicer, admin_handler
 from service.answering.answerer import Answerer
 from service.domain import BundleError
 from service.scheduling.batcher import Batcher
-from service.config import Config, ServerConfig, parse_config
+from service.config import Config, ServerConfig, parse_config, worker_core
 from service.transport.guard import GuardInterceptor
 from service.transport.http import HttpFront
 from service.transport.kserve import KServeServicer
@@ -247,6 +248,11 @@ def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=logging.INFO, format=f"%(asctime)s %(levelname)s {name}: %(message)s")
     cfg = parse_config(argv)
     if FD_ENV in os.environ:
+        if cfg.server.pin_workers and cfg.batcher.engine_cpu == -1:
+            core = worker_core(int(os.environ[INDEX_ENV]), cfg.server.worker_count())
+            cfg = replace(cfg, batcher=replace(cfg.batcher, engine_cpu=core))
+            if core >= 0:
+                log.info("engine threads kept to core %d", core)
         sys.exit(asyncio.run(serve(cfg, int(os.environ[FD_ENV]))))
     count = cfg.server.worker_count()
     if count > 1:

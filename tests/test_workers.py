@@ -23,6 +23,7 @@ from prometheus_client.multiprocess import MultiProcessCollector
 from attnserve.v1 import attnserve_pb2 as pb, attnserve_pb2_grpc as pbg
 from inference import grpc_service_pb2 as kpb, grpc_service_pb2_grpc as kpbg
 from bench.harness import metric_samples
+from service.config import worker_core
 from tests.helpers import free_port, until_counted, wait_serving
 from tests.live import VENV_BIN, LogLines, add_version, copy_model, terminate
 
@@ -86,6 +87,18 @@ class Workers:
         return {pid: self.worker_value(pid, metric, tmp, **labels) for pid in self.pids()}
 
 
+def kept_cores(pid: int) -> list[int]:
+    """The cores the process's threads are kept to, one for each thread whose mask is a single core
+    narrower than the process's own (the engine threads of a worker with a core of its own)."""
+    def allowed(status: Path) -> str:
+        return next(line.split(":")[1].strip() for line in status.read_text().splitlines()
+                    if line.startswith("Cpus_allowed_list:"))
+
+    process = allowed(Path(f"/proc/{pid}/status"))
+    return sorted(int(mask) for mask in map(allowed, Path(f"/proc/{pid}/task").glob("*/status"))
+                  if mask.isdigit() and mask != process)
+
+
 @pytest.fixture
 def repository(tiny_bundle, tmp_path) -> Path:
     root = tmp_path / "models"
@@ -130,6 +143,11 @@ async def test_calls_spread_over_every_worker_and_metrics_sum_them(repository, t
         assert all(len(got) == 1 for got in answers.values()), answers
         per_worker = server.per_worker("attnserve_requests_total", tmp_path, rpc="Transduce")
         inputs = server.per_worker("attnserve_inputs_total", tmp_path, model="tiny")
+        # Each worker's engine thread (one model: one thread) keeps to the core its number names, where the
+        # cores are the workers' own (two on CI's two cores); elsewhere no thread is kept to one.
+        assert all(inputs.values())  # every worker has decoded, so its engine thread has started
+        expected = sorted(c for c in (worker_core(i, WORKERS) for i in range(WORKERS)) if c >= 0)
+        assert sorted(c for pid in server.pids() for c in kept_cores(pid)) == expected
         assert sum(per_worker.values()) == calls and all(v > 0 for v in per_worker.values())
         # /metrics, whichever worker answers it, is the whole server: counters, histograms and gauges
         for _ in range(4):  # new connections each time, so more than one worker answers
