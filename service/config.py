@@ -72,8 +72,10 @@ class ServerConfig:
     # transport and the engine of different calls run on different cores. 0 = one per core the process
     # may run on; 1 = the single process, no supervisor (docs/operations.md#worker-processes).
     workers: int = 0
-    # With a worker per core and the cores its own (worker_core), each worker keeps its engine threads
-    # to the core its number names (BatcherConfig.engine_cpu); false: the OS places them.
+    # With a worker per core and the cores its own (worker_core), each worker process runs on the core its
+    # number names, its event loop, engine and gRPC threads together: a thread woken for a call finds the
+    # model's weights and the call's data in that core's cache. false, or an onnxruntime pool of several
+    # threads (EngineConfig.intra_op_threads): the OS places every thread.
     pin_workers: bool = True
 
     def __post_init__(self):
@@ -129,10 +131,10 @@ def usable_cores() -> int:
 
 
 def worker_core(index: int, workers: int, cores: list[int] | None = None, usable: int | None = None) -> int:
-    """The core worker `index` of `workers` keeps its engine threads on: the index-th of the cores this
+    """The core worker `index` of `workers` runs on: the index-th of the cores this
     process may run on, where there is a worker per core and those cores are its own (its affinity mask no
     larger than its CPU quota); else -1, the OS's choice. A pod with 2 cores' quota on a 64-core node shares
-    every core with others, and a thread kept to one could not move off it when a neighbour is busy there."""
+    every core with others, and a worker kept to one could not move off it when a neighbour is busy there."""
     cores = sorted(os.sched_getaffinity(0)) if cores is None else cores
     usable = usable_cores() if usable is None else usable
     return cores[index] if workers == len(cores) == usable and 0 <= index < workers else -1
@@ -169,16 +171,8 @@ class BatcherConfig:
     # The queue's bound in time (service/scheduling/admission.py): a call whose expected wait, at the measured
     # service rate, exceeds this (or its own deadline) is refused at once. 0 = only deadlines bound it.
     max_queue_wait_ms: float = 2000.0
-    # The core the engine threads run on; -1: wherever the OS puts them. A thread that stays on one core
-    # finds the model's weights in that core's cache, where one moved between cores finds them in the
-    # other's. Each worker of several whose cores are its own keeps to the one its number names
-    # (ServerConfig.pin_workers); set here, it applies to every worker.
-    engine_cpu: int = -1
 
     def __post_init__(self):
-        if self.engine_cpu != -1 and self.engine_cpu not in os.sched_getaffinity(0):
-            raise ValueError(f"engine_cpu must be -1 or one of the cores this process may run on "
-                             f"{sorted(os.sched_getaffinity(0))}, got {self.engine_cpu}")
         if self.mode not in BATCHING_MODES:
             raise ValueError(f"mode must be one of {BATCHING_MODES}, got {self.mode!r}")
         if self.max_batch_size < 1:

@@ -13,7 +13,6 @@ import logging
 import os
 import signal
 import sys
-from dataclasses import replace
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -241,6 +240,16 @@ async def serve(cfg: Config, supervisor_fd: int | None = None) -> int:
     return 0
 
 
+def keep_to_core(cfg: Config, index: int) -> None:
+    """Worker `index`: run on its own core (ServerConfig.pin_workers). Each thread has its own mask and a
+    new one inherits its creator's, so every thread started so far (at import, by the libraries) is set."""
+    core = worker_core(index, cfg.server.worker_count())
+    if cfg.server.pin_workers and cfg.engine.intra_op_threads == 1 and core >= 0:
+        for thread in os.listdir("/proc/self/task"):
+            os.sched_setaffinity(int(thread), {core})
+        log.info("kept to core %d", core)
+
+
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     worker = os.environ.get(INDEX_ENV)
@@ -248,11 +257,7 @@ def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=logging.INFO, format=f"%(asctime)s %(levelname)s {name}: %(message)s")
     cfg = parse_config(argv)
     if FD_ENV in os.environ:
-        if cfg.server.pin_workers and cfg.batcher.engine_cpu == -1:
-            core = worker_core(int(os.environ[INDEX_ENV]), cfg.server.worker_count())
-            cfg = replace(cfg, batcher=replace(cfg.batcher, engine_cpu=core))
-            if core >= 0:
-                log.info("engine threads kept to core %d", core)
+        keep_to_core(cfg, int(os.environ[INDEX_ENV]))
         sys.exit(asyncio.run(serve(cfg, int(os.environ[FD_ENV]))))
     count = cfg.server.worker_count()
     if count > 1:

@@ -8,7 +8,6 @@ changes nothing they check. `FakeEngine` decodes a whole batch at once (request-
 `StepEngine` a step at a time (continuous batching).
 """
 import asyncio
-import os
 import threading
 import time
 
@@ -87,7 +86,6 @@ class FakeEngine:
 
     def __init__(self, clock: Clock | None = None, call_s: float = 0.0, fail_on: str | None = None):
         self.batches: list[list[str]] = []
-        self.cores: list[set[int]] = []  # the cores the engine thread could run on, at each call
         self.calls = Calls()
         self.clock, self.call_s = clock, call_s
         self.fail_on = fail_on
@@ -100,7 +98,6 @@ class FakeEngine:
 
     def decode(self, sources, max_output_lens=None, top_k=None):
         self.calls.begin()
-        self.cores.append(os.sched_getaffinity(0))
         words = ["".join(s) for s in sources]
         self.batches.append(words)
         if self.clock is not None:

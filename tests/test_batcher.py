@@ -2,12 +2,11 @@
 deadlines, faults, cancellation, the response cache. Continuous batching: test_continuous.py;
 length groups: test_lengths.py."""
 import asyncio
-import os
 
 import pytest
 
 from service.answering.answerer import Answerer
-from service.config import BatcherConfig, worker_core
+from service.config import BatcherConfig
 from service.domain import DeadlineExpired, DecodeOptions, InvalidInput, NotReady, Overloaded
 from service.metrics import Metrics
 from tests.batching import HOLD_S, Clock, FakeEngine, answering, one_pass, refused_at_once, started
@@ -199,28 +198,6 @@ async def test_empty_after_tokenization_is_invalid_and_not_ready_before_start():
     await b.batcher.stop()
 
 
-async def test_the_engine_thread_keeps_to_the_core_it_is_given_and_the_loop_does_not():
-    process = os.sched_getaffinity(0)
-    engine = FakeEngine()
-    b = await started(engine, engine_cpu=max(process))
-    await b.transduce(["w"])
-    assert engine.cores == [{max(process)}]
-    assert os.sched_getaffinity(0) == process  # the event loop's thread, and so the process, keep theirs
-    await b.batcher.stop()
-    engine = FakeEngine()
-    b = await started(engine)  # -1: the OS's choice
-    await b.transduce(["w"])
-    assert engine.cores == [process]
-    await b.batcher.stop()
-
-
-def test_a_worker_keeps_to_its_own_core_only_where_the_cores_are_its_own():
-    assert [worker_core(i, 2, cores=[4, 5], usable=2) for i in range(2)] == [4, 5]
-    assert worker_core(1, 2, cores=list(range(64)), usable=2) == -1  # a quota on a shared node: no core is its own
-    assert worker_core(0, 3, cores=[0, 1], usable=2) == -1  # more workers than cores
-    assert worker_core(0, 1, cores=[0, 1], usable=2) == -1  # one process on two cores
-
-
 def test_config_errors_name_the_field():
     with pytest.raises(ValueError, match="max_batch_size must be >= 1, got 0"):
         BatcherConfig(max_batch_size=0)
@@ -230,8 +207,6 @@ def test_config_errors_name_the_field():
         BatcherConfig(max_join_wait_ms=-1)
     with pytest.raises(ValueError, match="company_wait_ms must be >= 0, got nan"):
         BatcherConfig(company_wait_ms=float("nan"))
-    with pytest.raises(ValueError, match="engine_cpu must be -1 or one of the cores this process may run on .*, got 100000"):
-        BatcherConfig(engine_cpu=100000)
 
 
 async def test_the_response_cache_answers_repeats_without_the_engine_and_stays_bounded():

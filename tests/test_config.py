@@ -3,7 +3,7 @@ from pathlib import Path
 
 import pytest
 
-from service.config import EngineConfig, ServerConfig, parse_config
+from service.config import EngineConfig, ServerConfig, parse_config, worker_core
 
 
 def test_defaults_work():
@@ -77,3 +77,10 @@ def test_edge_settings_are_checked_and_reach_grpc():
     with pytest.raises(ValueError, match="model_version must be a version directory name"):
         from service.config import RepositoryConfig
         RepositoryConfig(model_version="²")  # str.isdigit() says yes; int() says no
+
+
+def test_a_worker_runs_on_its_own_core_only_where_the_cores_are_its_own():
+    assert [worker_core(i, 2, cores=[4, 5], usable=2) for i in range(2)] == [4, 5]
+    assert worker_core(1, 2, cores=list(range(64)), usable=2) == -1  # a quota on a shared node: no core is its own
+    assert worker_core(0, 3, cores=[0, 1], usable=2) == -1  # more workers than cores
+    assert worker_core(0, 1, cores=[0, 1], usable=2) == -1  # one process on two cores

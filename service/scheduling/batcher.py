@@ -21,7 +21,6 @@ one clock, time.perf_counter unless a test passes its own to drive time.
 from __future__ import annotations
 
 import asyncio
-import os
 import threading
 import time
 from collections import deque
@@ -49,13 +48,6 @@ class _Item:
     target: list[int] | None = None  # teacher forcing (Score, the lexicon): the given output's ids
 
 
-def _keep_to_core(cpu: int) -> None:
-    """Engine thread, first thing: stay on core `cpu` (BatcherConfig.engine_cpu; -1: wherever the OS puts
-    it). For pid 0 Linux sets the calling thread's mask alone, not the process's."""
-    if cpu >= 0:
-        os.sched_setaffinity(0, {cpu})
-
-
 class Batcher:
     """The queue and the engine thread (request-level batches). What a call is answered with
     before the queue (cache, lexicon, several words) is the answering layer's, which calls submit()."""
@@ -78,8 +70,7 @@ class Batcher:
         self._batch_s = 0.0  # request mode: recent batches' wall time (a source with less time left is dropped)
         self._last_rows = (0, 0)  # request mode: the sources of the last two batches popped (company_wait_ms)
         # One worker: onnxruntime already uses the cores for one batch at a time.
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="attnserve-engine",
-                                            initializer=_keep_to_core, initargs=(cfg.engine_cpu,))
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="attnserve-engine")
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run(), name="attnserve-batcher")
