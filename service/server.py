@@ -9,6 +9,7 @@ so an orchestrator never routes traffic to a cold server.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import signal
@@ -246,7 +247,8 @@ def keep_to_core(cfg: Config, index: int) -> None:
     core = worker_core(index, cfg.server.worker_count())
     if cfg.server.pin_workers and cfg.engine.intra_op_threads == 1 and core >= 0:
         for thread in os.listdir("/proc/self/task"):
-            os.sched_setaffinity(int(thread), {core})
+            with contextlib.suppress(ProcessLookupError):  # a thread that has ended since
+                os.sched_setaffinity(int(thread), {core})
         log.info("kept to core %d", core)
 
 
