@@ -131,9 +131,9 @@ def usable_cores() -> int:
 
 
 def worker_core(index: int, workers: int, cores: list[int] | None = None, usable: int | None = None) -> int:
-    """The core worker `index` of `workers` runs on: the index-th of the cores this
-    process may run on, where there is a worker per core and those cores are its own (its affinity mask no
-    larger than its CPU quota); else -1, the OS's choice. A pod with 2 cores' quota on a 64-core node shares
+    """The core worker `index` of `workers` runs on: the index-th of the cores this process may run on, where
+    there is a worker per core and those cores are its own (its affinity mask no larger than its CPU quota);
+    else -1, the OS's choice. A pod with 2 cores' quota on a 64-core node shares
     every core with others, and a worker kept to one could not move off it when a neighbour is busy there."""
     cores = sorted(os.sched_getaffinity(0)) if cores is None else cores
     usable = usable_cores() if usable is None else usable

@@ -244,8 +244,10 @@ async def serve(cfg: Config, supervisor_fd: int | None = None) -> int:
 def keep_to_core(cfg: Config, index: int) -> None:
     """Worker `index`: run on its own core (ServerConfig.pin_workers). Each thread has its own mask and a
     new one inherits its creator's, so every thread started so far (at import, by the libraries) is set."""
+    if not cfg.server.pin_workers or cfg.engine.intra_op_threads != 1:
+        return
     core = worker_core(index, cfg.server.worker_count())
-    if cfg.server.pin_workers and cfg.engine.intra_op_threads == 1 and core >= 0:
+    if core >= 0:
         for thread in os.listdir("/proc/self/task"):
             with contextlib.suppress(ProcessLookupError):  # a thread that has ended since
                 os.sched_setaffinity(int(thread), {core})
