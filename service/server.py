@@ -241,7 +241,7 @@ async def serve(cfg: Config, supervisor_fd: int | None = None) -> int:
     return 0
 
 
-def keep_to_core(cfg: Config, index: int) -> None:
+def pin_worker(cfg: Config, index: int) -> None:
     """Worker `index`: run on its own core (ServerConfig.pin_workers). Each thread has its own mask and a
     new one inherits its creator's, so every thread started so far (at import, by the libraries) is set."""
     if not cfg.server.pin_workers or cfg.engine.intra_op_threads != 1:
@@ -261,7 +261,7 @@ def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=logging.INFO, format=f"%(asctime)s %(levelname)s {name}: %(message)s")
     cfg = parse_config(argv)
     if FD_ENV in os.environ:
-        keep_to_core(cfg, int(os.environ[INDEX_ENV]))
+        pin_worker(cfg, int(os.environ[INDEX_ENV]))
         sys.exit(asyncio.run(serve(cfg, int(os.environ[FD_ENV]))))
     count = cfg.server.worker_count()
     if count > 1:
