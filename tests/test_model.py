@@ -162,21 +162,3 @@ def test_monotonic_hard_attention_never_moves_back():
         where = attn[b, :int(out_len[b])].argmax(-1).tolist()
         assert where == sorted(where) and attn[b, :int(out_len[b])].max(-1).values.tolist() == [1.0] * len(where)
         assert max(where) < int(src_len[b])
-
-
-def test_target_token_dropout_hides_segments_only_and_config_checks_the_rate():
-    from training.train import TrainConfig, drop_tokens
-    from training.data import BOS_ID, PAD_ID, UNK_ID
-
-    torch.manual_seed(0)
-    tgt_in = torch.randint(4, 40, (64, 12))
-    tgt_in[:, 0] = BOS_ID
-    tgt_in[::2, 9:] = PAD_ID
-    dropped = drop_tokens(tgt_in, 0.25)
-    changed = dropped != tgt_in
-    assert (dropped[changed] == UNK_ID).all()
-    assert not changed[:, 0].any() and not changed[tgt_in == PAD_ID].any()
-    share = changed.sum().item() / (tgt_in > UNK_ID).sum().item()
-    assert 0.2 < share < 0.3  # a fixed seed: the same share every run
-    with pytest.raises(ValueError, match="tgt_token_dropout"):
-        TrainConfig(tgt_token_dropout=1.0)

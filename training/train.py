@@ -34,7 +34,7 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from training.data import (BOS_ID, EOS_ID, PAD_ID, UNK_ID, CMUDICT_FILTER_RULE, GIVEN_SPLIT_RULE, SPLIT_RULE, Pair, Vocab,
+from training.data import (BOS_ID, EOS_ID, PAD_ID, CMUDICT_FILTER_RULE, GIVEN_SPLIT_RULE, SPLIT_RULE, Pair, Vocab,
                            file_record, load_cmudict, load_given, load_tsv, references)
 from training.distill import load_train_targets
 from training.init_from import model_from_checkpoint
@@ -60,9 +60,6 @@ class TrainConfig:
     warmup_steps: int = 0
     clip_grad_norm: float = 1.0
     label_smoothing: float = 0.1
-    # The share of teacher forcing's previous segments (never <s>) fed to the decoder as <unk> instead, so
-    # that a small corpus's model cannot lean on the segment before alone (target-side token dropout).
-    tgt_token_dropout: float = 0.0
     max_epochs: int = 40
     patience_epochs: int = 4  # stop after this many epochs without a better dev WER
     max_minutes: float = 0.0  # wall-clock budget, 0 = none; checked after each epoch...
@@ -81,8 +78,6 @@ class TrainConfig:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if not self.lr > 0:
             raise ValueError(f"lr must be > 0, got {self.lr}")
-        if not 0 <= self.tgt_token_dropout < 1:
-            raise ValueError(f"tgt_token_dropout must be in [0, 1), got {self.tgt_token_dropout}")
         if self.lr_schedule not in ("plateau", "cosine"):
             raise ValueError(f"lr_schedule must be plateau or cosine, got {self.lr_schedule!r}")
         if self.device not in ("auto", "cpu", "cuda"):
@@ -291,8 +286,6 @@ def train_epoch(step_model, opt, tcfg: TrainConfig, train_ids, batches, sched: S
 
 def learn_from(step_model, opt, tcfg: TrainConfig, src, src_len, tgt_in, tgt_out) -> torch.Tensor:
     """One optimizer step on one batch (collate's tensors); its loss."""
-    if tcfg.tgt_token_dropout:
-        tgt_in = drop_tokens(tgt_in, tcfg.tgt_token_dropout)
     logits = step_model(src, src_len, tgt_in)  # (B, T, V)
     loss = F.cross_entropy(logits.flatten(0, 1), tgt_out.flatten(), ignore_index=PAD_ID,
                            label_smoothing=tcfg.label_smoothing)
@@ -301,12 +294,6 @@ def learn_from(step_model, opt, tcfg: TrainConfig, src, src_len, tgt_in, tgt_out
     torch.nn.utils.clip_grad_norm_(step_model.parameters(), tcfg.clip_grad_norm)
     opt.step()
     return loss
-
-
-def drop_tokens(tgt_in: torch.Tensor, rate: float) -> torch.Tensor:
-    """tgt_in (B, T) with each segment (an id past the specials: never <s> or padding) <unk> at `rate`."""
-    dropped = (torch.rand(tgt_in.shape, device=tgt_in.device) < rate) & (tgt_in > UNK_ID)  # True: fed as <unk>
-    return tgt_in.masked_fill(dropped, UNK_ID)
 
 
 def dev_score(model: Seq2Seq, dev_refs: dict, src_vocab: Vocab, tgt_vocab: Vocab, max_len: int,
