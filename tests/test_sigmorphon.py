@@ -3,6 +3,7 @@ task's splits, exported as their ensemble, quantized, scored, written to models/
 checkpoint, resumed without training again, and tabled."""
 import json
 import random
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -114,16 +115,13 @@ def test_a_model_is_built_again_when_what_it_trains_changes_not_where_a_flag_is_
     assert not sigmorphon._built_as(manifest, [{"run": "seed2", "flags": moved}, {"run": "seed1", "flags": moved}])
 
 
-def test_a_recipes_alt_flags_train_each_seed_again_as_more_members(task, monkeypatch):
+def test_a_variants_seeds_take_the_place_of_its_recipes(task, monkeypatch):
     recipe = sigmorphon.RECIPES["low"]
-    six = Recipe(recipe.flags, seeds=(1,), alt_flags=("--dropout", "0.3"))
-    monkeypatch.setattr(sigmorphon, "RECIPES", {"low": six})
-    manifest = load_bundle(sigmorphon.build("tiny")).manifest
-    assert manifest["task_scores"]["members"] == 2
-    assert [m["dropout"] for m in manifest["model_config"]["ensemble"]] == [0.0, 0.3]  # the later flag wins
-    assert (task / "runs" / "tiny" / "seed1-alt" / "result.json").exists()
-    assert six.members(sigmorphon.RULES) == [(1, False), (1, True)]
-    assert six.members(sigmorphon_transfer.variant()) == [(1, False)]  # the transfer row keeps its members
+    monkeypatch.setattr(sigmorphon, "RECIPES", {"low": Recipe(recipe.flags, seeds=(1,))})
+    variant = replace(sigmorphon.RULES, runs=task / "runs-other", models=task / "models-other", seeds=(2, 3))
+    manifest = load_bundle(sigmorphon.build("tiny", variant)).manifest
+    assert [r["run"] for r in manifest["task_scores"]["runs"]] == ["seed2", "seed3"]
+    assert manifest["task_scores"]["members"] == 2 and not (task / "runs-other" / "tiny" / "seed1").exists()
 
 
 def test_a_recipe_that_trains_on_dev_exports_each_runs_last_epoch_and_the_table_says_so(task, monkeypatch):
@@ -186,6 +184,23 @@ def test_a_held_out_question_on_eng_us_gets_cmudict_without_a_held_out_dev_or_te
     f = sigmorphon.files("eng_us")
     assert not sources & {MARK + s for split in ("dev", "test") for s, _ in sigmorphon.read_lines(f[split])}
     assert Path(flags[flags.index("--source-hints") + 1]).exists()
+
+
+def test_hints_may_mark_cmudicts_stressed_vowels_and_a_model_asking_for_them_is_another_model(tmp_path):
+    from training.sigmorphon_english import to_ipa, write_hints
+
+    assert to_ipa(["K", "AH0", "N", "T", "EH1", "S", "T"], stress_marks=True) == "k ə n t ˈɛ s t"
+    assert to_ipa(["N", "AY1", "T", "HH", "UH2", "D"], stress_marks=True) == "n ˈa ɪ t h ˌʊ d"  # a diphthong's first
+    write_hints(tmp_path / "plain.tsv")
+    write_hints(tmp_path / "stress.tsv", stress_marks=True)
+    plain, stress = (dict(line.split("\t") for line in (tmp_path / f).read_text(encoding="utf-8").splitlines()
+                          if not line.startswith("^")) for f in ("plain.tsv", "stress.tsv"))
+    assert plain["knight"] == "naɪt" and stress["knight"] == "nˈaɪt" and plain.keys() == stress.keys()
+    assert all(stress[w].replace("ˈ", "").replace("ˌ", "") == plain[w] for w in plain)  # the marks alone differ
+    recipe = sigmorphon.recipe_for("eng_us")
+    marked = replace(recipe, cmudict_hints_stress=True)
+    assert not sigmorphon.same_training(sigmorphon.member_flags("eng_us", 1, recipe),
+                                        sigmorphon.member_flags("eng_us", 1, marked))
 
 
 def test_a_second_driver_passes_over_a_language_another_is_building(task, monkeypatch, capsys):
@@ -251,6 +266,7 @@ def test_transfer_models_pretrain_on_the_other_languages_and_get_a_row_of_their_
     for module in (sigmorphon, sigmorphon_table):
         monkeypatch.setattr(module, "LANGS", langs)
     monkeypatch.setattr(sigmorphon_transfer, "PRETRAIN_FLAGS", sigmorphon.RECIPES["low"].flags)
+    monkeypatch.setattr(sigmorphon_transfer, "SEEDS", (1, 2))
     monkeypatch.setattr(sigmorphon, "DOC", task / "sigmorphon.md")
 
     sigmorphon_transfer.main([])

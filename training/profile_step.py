@@ -24,8 +24,7 @@ from training.train import TrainConfig, collate, learn_from, make_batches, parse
 def profile(lang: str, steps: int, warm: int = 5) -> tuple[float, str]:
     """(mean ms a step, the profiler's table) for `steps` steps after `warm` untimed ones."""
     args = parse_args(["--corpus", "tsv", "--train-tsv", str(files(lang)["train"]), "--dev-tsv",
-                       str(files(lang)["dev"]), "--out", "/dev/null", *_train_flags(lang, 1, recipe_for(lang), RULES,
-                                                                                       False)])
+                       str(files(lang)["dev"]), "--out", "/dev/null", *_train_flags(lang, 1, recipe_for(lang), RULES)])
     torch.set_num_threads(args.threads or 1)
     torch.manual_seed(1)
     given = {"train": file_record(files(lang)["train"]), "dev": file_record(files(lang)["dev"])}

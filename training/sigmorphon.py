@@ -60,7 +60,7 @@ class Variant:
     suffix: str = ""
     flags: tuple[str, ...] = ()
     outside_data: str = ""  # what else its models learned from (the rules allow nothing), for their manifests
-    alt_members: bool = True  # whether its ensembles take the recipe's alt_flags members
+    seeds: tuple[int, ...] = ()  # its members' seeds in place of the recipe's, where given
     train_on_dev: bool = True  # whether its members take the recipe's train_on_dev
 
     def run_dir(self, lang: str) -> Path:
@@ -93,20 +93,20 @@ def trained_on_dev(manifest: dict) -> bool:
     return bool(manifest.get("data", {}).get("train_on_dev"))
 
 
-def _train_flags(lang: str, seed: int, recipe: Recipe, variant: "Variant", alt: bool, device: str = "") -> list[str]:
+def _train_flags(lang: str, seed: int, recipe: Recipe, variant: "Variant", device: str = "") -> list[str]:
     """One member's python -m training.train flags but its files; `device` in place of the recipe's."""
     return ["--seed", str(seed), *recipe.flags, *LANG_FLAGS.get(lang, ((), ""))[0], *variant.flags,
-            *(recipe.alt_flags if alt else ()), *(TRAIN_ON_DEV if trains_on_dev(recipe, variant) else ()),
+            *(TRAIN_ON_DEV if trains_on_dev(recipe, variant) else ()),
             *(("--device", device) if device else ())]
 
 
-def member_flags(lang: str, seed: int, recipe: Recipe, variant: "Variant" = RULES, alt: bool = False,
-                 device: str = "") -> list[str]:
+def member_flags(lang: str, seed: int, recipe: Recipe, variant: "Variant" = RULES, device: str = "") -> list[str]:
     """_train_flags as its run and a model built from it record them, so that a changed recipe is noticed
     (paths inside the repository relative to it)."""
     return [str(Path(a).relative_to(REPO)) if Path(a).is_absolute() and Path(a).is_relative_to(REPO) else a
-            for a in _train_flags(lang, seed, recipe, variant, alt, device)] + (
-        ["+cmudict_ipa"] if recipe.cmudict_ipa else []) + (["+cmudict_hints"] if recipe.cmudict_hints else [])
+            for a in _train_flags(lang, seed, recipe, variant, device)] + (
+        ["+cmudict_ipa"] if recipe.cmudict_ipa else []) + (["+cmudict_hints"] if recipe.cmudict_hints else []) + (
+        ["+cmudict_hints_stress"] if recipe.cmudict_hints and recipe.cmudict_hints_stress else [])
 
 
 def _recorded_flags(run: Path) -> list[str] | None:
@@ -138,20 +138,18 @@ def same_training(recorded: list[str], wanted: list[str]) -> bool:
     return recorded == wanted or training_settings(recorded) == training_settings(wanted)
 
 
-def run_name(seed: int, alt: bool) -> str:
-    return f"seed{seed}" + ("-alt" if alt else "")
+def run_name(seed: int) -> str:
+    return f"seed{seed}"
 
 
-def train_seed(lang: str, seed: int, recipe: Recipe, variant: Variant = RULES, alt: bool = False,
-               device: str = "") -> Path:
-    """One training run (skipped when its result.json exists), with the recipe's alt_flags where `alt`,
-    on `device` where given (else the recipe's); returns its checkpoint (best.pt, or last.pt where it trains
+def train_seed(lang: str, seed: int, recipe: Recipe, variant: Variant = RULES, device: str = "") -> Path:
+    """One training run (skipped when its result.json exists), on `device` where given (else the recipe's); returns its checkpoint (best.pt, or last.pt where it trains
     on dev). A run that records flags training something else is refused, not reused."""
     runs = variant.run_dir(lang)
-    run = run_name(seed, alt)
+    run = run_name(seed)
     out = runs / run
     checkpoint = out / ("last.pt" if trains_on_dev(recipe, variant) else "best.pt")
-    flags = member_flags(lang, seed, recipe, variant, alt, device)
+    flags = member_flags(lang, seed, recipe, variant, device)
     if (out / "result.json").exists():
         recorded = out / "flags.json"  # runs from before it was written record nothing: taken as they are
         if recorded.exists() and not same_training(json.loads(recorded.read_text()), flags):
@@ -161,7 +159,7 @@ def train_seed(lang: str, seed: int, recipe: Recipe, variant: Variant = RULES, a
     f = files(lang)
     argv = [sys.executable, "-m", "training.train", "--corpus", "tsv", "--train-tsv", str(f["train"]),
             "--dev-tsv", str(f["dev"]), "--test-tsv", str(f["test"]), "--out", str(out),
-            *_train_flags(lang, seed, recipe, variant, alt, device), *cmudict_flags(lang, recipe, runs, f["train"])]
+            *_train_flags(lang, seed, recipe, variant, device), *cmudict_flags(lang, recipe, runs, f["train"])]
     print(f"{lang} {run}: training, log {runs / run}.log", flush=True)
     run_training(argv, out, flags)
     return checkpoint
@@ -181,7 +179,7 @@ def cmudict_flags(lang: str, recipe: Recipe, runs: Path, train: Path, held_out: 
         from training.sigmorphon_english import write_hints
 
         hints = runs / "cmudict_hints.tsv"
-        print(f"{lang}: {write_hints(hints)} in {hints}", flush=True)
+        print(f"{lang}: {write_hints(hints, recipe.cmudict_hints_stress)} in {hints}", flush=True)
         argv += ["--source-hints", str(hints)]
     return argv
 
@@ -351,15 +349,14 @@ def _build(lang: str, variant: Variant, device: str = "", train_only: bool = Fal
     subtask, _, baseline = LANGS[lang]
     name, target, runs = variant.name(lang), variant.bundle(lang), variant.run_dir(lang)
     recipe = recipe_for(lang)
-    members = recipe.members(variant)
-    wanted = [{"run": run_name(seed, alt), "flags": member_flags(lang, seed, recipe, variant, alt)}
-              for seed, alt in members]
+    seeds = variant.seeds or recipe.seeds
+    wanted = [{"run": run_name(seed), "flags": member_flags(lang, seed, recipe, variant)} for seed in seeds]
     if (target / "manifest.json").exists() and _built_as(json.loads((target / "manifest.json").read_text()), wanted):
         if variant == RULES and with_memory(lang, target, trained_pairs(lang)):
             rescore(lang, always=True, variant=variant)  # a memory added to the model as built: scored again
         return target  # done: the recipe asks for the members it was built from
     started = time.time()
-    checkpoints = [train_seed(lang, seed, recipe, variant, alt, device) for seed, alt in members]
+    checkpoints = [train_seed(lang, seed, recipe, variant, device) for seed in seeds]
     if train_only:
         return None
     wanted = [{**w, "flags": _recorded_flags(c.parent) or w["flags"]} for w, c in zip(wanted, checkpoints)]

@@ -22,12 +22,13 @@ import argparse
 import hashlib
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from training.data import REPO, read_lines
 from training.sigmorphon import (RULES, _parsed, _train_flags, cmudict_flags, files, recipe_for, run_training,
                                  task_wer, trained_pairs, with_memory)
-from training.sigmorphon_recipes import BEAM, LANGS
+from training.sigmorphon_recipes import BEAM, LANGS, Recipe
 
 RUNS = REPO / "runs" / "sigmorphon-heldout"
 
@@ -57,10 +58,9 @@ def split_train(lang: str, out: Path, eighth: int = 0) -> tuple[Path, Path]:
     return rest, held
 
 
-def member(lang: str, seed: int, rest: Path, held: Path, run: Path, extra: list[str]) -> Path:
+def member(lang: str, seed: int, rest: Path, held: Path, run: Path, extra: list[str], recipe: Recipe) -> Path:
     """Train one member (skipped when its result.json exists); its checkpoint."""
-    recipe = recipe_for(lang)
-    flags = [*_train_flags(lang, seed, recipe, RULES, False), *extra]
+    flags = [*_train_flags(lang, seed, recipe, RULES), *extra]
     checkpoint = run / ("last.pt" if _parsed(flags)["train_on_dev"] else "best.pt")
     if (run / "result.json").exists():
         return checkpoint
@@ -71,15 +71,18 @@ def member(lang: str, seed: int, rest: Path, held: Path, run: Path, extra: list[
     return checkpoint
 
 
-def ask(lang: str, tag: str, seeds: list[int], extra: list[str], runs: Path | None = None, eighth: int = 0) -> dict:
-    """Train the members, export their ensemble, score the held-out words (`eighth` of the train file); the
-    figure, also in result.json. Runs go under `runs`, by default the eighth's own folder (runs_of)."""
+def ask(lang: str, tag: str, seeds: list[int], extra: list[str], runs: Path | None = None, eighth: int = 0,
+        recipe: Recipe | None = None) -> dict:
+    """Train the members (the language's recipe, or `recipe`), export their ensemble, score the held-out words
+    (`eighth` of the train file); the figure, also in result.json. Runs go under `runs`, by default the eighth's
+    own folder (runs_of)."""
     from training.export import build_bundle
 
     runs = runs or runs_of(eighth)
     out = runs / lang / tag
     rest, held = split_train(lang, runs / lang, eighth)
-    checkpoints = [member(lang, seed, rest, held, out / f"seed{seed}", extra) for seed in seeds]
+    recipe = recipe or recipe_for(lang)
+    checkpoints = [member(lang, seed, rest, held, out / f"seed{seed}", extra, recipe) for seed in seeds]
     bundle = out / "bundle" / "1"
     build_bundle(checkpoints if len(checkpoints) > 1 else checkpoints[0], bundle, f"{lang}-{tag}", "1",
                  parity_words=50, lexicon=False)
@@ -110,11 +113,14 @@ def main(argv=None):
     p.add_argument("--eighth", type=int, choices=range(8), default=0,
                    help="hold out the sources whose md5 %% 8 is this (runs/sigmorphon-heldout-<K>/ but for 0): "
                    "another look at a question on words its first figures were not read on")
+    p.add_argument("--cmudict-hints-stress", action="store_true",
+                   help="eng_us: hints with CMUdict's stressed vowels marked (Recipe.cmudict_hints_stress)")
     p.add_argument("flags", nargs="*", help="after --: python -m training.train flags beside the recipe's")
     args = p.parse_args(argv)
     runs = runs_of(args.eighth)
     for lang in args.langs:
-        result = ask(lang, args.tag, args.seeds, args.flags, eighth=args.eighth)
+        recipe = replace(recipe_for(lang), cmudict_hints_stress=True) if args.cmudict_hints_stress else None
+        result = ask(lang, args.tag, args.seeds, args.flags, eighth=args.eighth, recipe=recipe)
         print(json.dumps(result), flush=True)
         if args.against:
             print(json.dumps(against(result, args.against, runs)), flush=True)

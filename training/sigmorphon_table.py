@@ -134,14 +134,14 @@ def recipe_lines() -> list[str]:
         if r.cmudict_hints:
             extra += ("; each word read with CMUdict's first transcription after it, where CMUdict has it, dev and "
                       "test words included, as the subtask's rules allow (`--source-hints`, docs/g2p.md)")
-        alt = f", and each again with `{' '.join(r.alt_flags)}`" if r.alt_flags else ""
         on_dev = (f"; on the train and dev files together, each member its run's last epoch: "
                   f"`{' '.join(sigmorphon.TRAIN_ON_DEV)}`" if r.train_on_dev else "")
-        lines.append(f"- **{subtask}** (seeds {', '.join(map(str, r.seeds))}{alt}{extra}{on_dev}): `{' '.join(r.flags)}`")
+        lines.append(f"- **{subtask}** (seeds {', '.join(map(str, r.seeds))}{extra}{on_dev}): `{' '.join(r.flags)}`")
     from training.sigmorphon_transfer import PRETRAIN_FLAGS
+    from training.sigmorphon_transfer import variant as transfer_variant
 
     lines.append(f"- **low, pretrained** (its own row; training/sigmorphon_transfer.py): one model pretrained with "
-                 f"`{' '.join(PRETRAIN_FLAGS)}`, then the low recipe's seeds (not its alt_flags members) from it with `--init-from`, "
+                 f"`{' '.join(PRETRAIN_FLAGS)}`, then seeds {', '.join(map(str, transfer_variant().seeds))} from it with `--init-from`, "
                  f"`--init-vocab by-symbol` and `--output context` (made before the low recipe's monotonic output)")
     lines += _table("A language's own flags beside its subtask's (training/sigmorphon_recipes.py LANG_FLAGS; the later "
                     "flag wins):", ("language", "own flags", "why"),
