@@ -143,8 +143,9 @@ def run_name(seed: int) -> str:
 
 
 def train_seed(lang: str, seed: int, recipe: Recipe, variant: Variant = RULES, device: str = "") -> Path:
-    """One training run (skipped when its result.json exists), on `device` where given (else the recipe's); returns its checkpoint (best.pt, or last.pt where it trains
-    on dev). A run that records flags training something else is refused, not reused."""
+    """One training run (skipped when its result.json exists), on `device` where given (else the recipe's);
+    returns its checkpoint (best.pt, or last.pt where it trains on dev). A run that records flags training
+    something else is refused, not reused."""
     runs = variant.run_dir(lang)
     run = run_name(seed)
     out = runs / run
