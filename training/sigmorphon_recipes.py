@@ -97,8 +97,8 @@ RECIPES = {
 # (NFD) and the model reads the letters. Dutch, Japanese and Georgian keep the medium recipe's earlier
 # schedule (25 epochs), as Korean does now. Serbo-Croatian and Bulgarian: a 2-layer encoder. Korean, Dutch,
 # Armenian, Vietnamese, Georgian and Hungarian: the monotonic output too. Italian, Khmer, Latvian and
-# Maltese (low): smaller batches; Icelandic, Italian, Maltese, Romanian and Slovenian (low): a 2-layer encoder; Adyghe (low):
-# smaller embeddings.
+# Maltese (low): smaller batches; Icelandic, Italian, Maltese, Romanian and Slovenian (low): a 2-layer encoder;
+# Adyghe (low): smaller embeddings.
 SHORT_MEDIUM = (("--max-epochs", "25", "--hidden-size", "256"),
                 "the earlier, shorter schedule: better on its dev than 60 epochs; 256 wide, not the recipe's 384: "
                 "on a held-out eighth of its train file (998 words, trained on the rest and dev, 25 epochs), 384 "
