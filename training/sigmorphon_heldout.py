@@ -22,7 +22,6 @@ import argparse
 import hashlib
 import json
 import sys
-from dataclasses import replace
 from pathlib import Path
 
 from training.data import REPO, read_lines
@@ -71,17 +70,15 @@ def member(lang: str, seed: int, rest: Path, held: Path, run: Path, extra: list[
     return checkpoint
 
 
-def ask(lang: str, tag: str, seeds: list[int], extra: list[str], runs: Path | None = None, eighth: int = 0,
-        recipe: Recipe | None = None) -> dict:
-    """Train the members (the language's recipe, or `recipe`), export their ensemble, score the held-out words
-    (`eighth` of the train file); the figure, also in result.json. Runs go under `runs`, by default the eighth's
-    own folder (runs_of)."""
+def ask(lang: str, tag: str, seeds: list[int], extra: list[str], runs: Path | None = None, eighth: int = 0) -> dict:
+    """Train the members, export their ensemble, score the held-out words (`eighth` of the train file); the
+    figure, also in result.json. Runs go under `runs`, by default the eighth's own folder (runs_of)."""
     from training.export import build_bundle
 
     runs = runs or runs_of(eighth)
     out = runs / lang / tag
     rest, held = split_train(lang, runs / lang, eighth)
-    recipe = recipe or recipe_for(lang)
+    recipe = recipe_for(lang)
     checkpoints = [member(lang, seed, rest, held, out / f"seed{seed}", extra, recipe) for seed in seeds]
     bundle = out / "bundle" / "1"
     build_bundle(checkpoints if len(checkpoints) > 1 else checkpoints[0], bundle, f"{lang}-{tag}", "1",
@@ -113,14 +110,11 @@ def main(argv=None):
     p.add_argument("--eighth", type=int, choices=range(8), default=0,
                    help="hold out the sources whose md5 %% 8 is this (runs/sigmorphon-heldout-<K>/ but for 0): "
                    "another look at a question on words its first figures were not read on")
-    p.add_argument("--cmudict-hints-stress", action="store_true",
-                   help="eng_us: hints with CMUdict's stressed vowels marked (Recipe.cmudict_hints_stress)")
     p.add_argument("flags", nargs="*", help="after --: python -m training.train flags beside the recipe's")
     args = p.parse_args(argv)
     runs = runs_of(args.eighth)
     for lang in args.langs:
-        recipe = replace(recipe_for(lang), cmudict_hints_stress=True) if args.cmudict_hints_stress else None
-        result = ask(lang, args.tag, args.seeds, args.flags, eighth=args.eighth, recipe=recipe)
+        result = ask(lang, args.tag, args.seeds, args.flags, eighth=args.eighth)
         print(json.dumps(result), flush=True)
         if args.against:
             print(json.dumps(against(result, args.against, runs)), flush=True)

@@ -40,7 +40,6 @@ class Recipe:
     seeds: tuple[int, ...]
     cmudict_ipa: bool = False  # eng_us only: CMUdict in the task's IPA as extra training pairs
     cmudict_hints: bool = False  # eng_us only: each word read with CMUdict's transcription after it, where it has one
-    cmudict_hints_stress: bool = False  # ... with CMUdict's stressed vowels marked in it (ˈ ˌ)
     # The dev pairs train too, once every choice was made on dev without them: each member is its run's last
     # epoch (dev picks nothing), and the model's dev figures are training figures (the table says so).
     train_on_dev: bool = False
