@@ -2,8 +2,9 @@
 
     python -m training.profile_step --lang arm_e          # its recipe's model and batches, one thread
 
-Builds one member of the language's model as its recipe and own flags say (the low recipe's members step
-together in training, training/stacked.py; this times one), takes batches of its train file as training does, and prints the mean step time and the operators that take it.
+Builds one member of the language's model as its recipe and own flags say (each member trains alone; only
+their exported graphs step as one, training/stacked.py), takes batches of its train file as training does, and
+prints the mean step time and the operators that take it.
 What it answers: whether a recipe's hours are arithmetic (the RNNs' forward and backward), which only less
 arithmetic or a GPU shortens, or Python and small operators, which a leaner loop would.
 """
