@@ -11,7 +11,7 @@ import torch
 
 from service.engine.bundle import load_bundle
 from service.engine.engine import served_precision
-from training import evaluate, sigmorphon, sigmorphon_heldout, sigmorphon_table, sigmorphon_transfer
+from training import evaluate, sigmorphon, sigmorphon_flags, sigmorphon_heldout, sigmorphon_table, sigmorphon_transfer
 from training.sigmorphon_recipes import COSINE, Recipe
 
 PHONES = {"a": "A", "b": "B", "c": "K", "d": "D", "e": "E", "f": "F"}
@@ -99,20 +99,20 @@ def test_a_model_built_before_its_runs_were_recorded_is_built_again_when_a_flag_
     manifest = {"task_scores": {"members": 1}, "data": {},
                 "model_config": {"enc_layers": 1, "hidden_size": 16}, "train_config": {"seed": 1, "max_epochs": 60}}
     flags = ["--seed", "1", "--hidden-size", "16", "--enc-layers", "1", "--max-epochs", "60"]
-    assert sigmorphon._built_as(manifest, [{"run": "seed1", "flags": flags}])
-    assert not sigmorphon._built_as(manifest, [{"run": "seed1", "flags": [*flags, "--enc-layers", "2"]}])
-    assert not sigmorphon._built_as(manifest, [{"run": "seed1", "flags": [*flags, "--max-epochs", "25"]}])
-    assert not sigmorphon._built_as(manifest, [{"run": "seed2", "flags": ["--seed", "2", *flags[2:]]}])
+    assert sigmorphon_flags.built_as(manifest, [{"run": "seed1", "flags": flags}])
+    assert not sigmorphon_flags.built_as(manifest, [{"run": "seed1", "flags": [*flags, "--enc-layers", "2"]}])
+    assert not sigmorphon_flags.built_as(manifest, [{"run": "seed1", "flags": [*flags, "--max-epochs", "25"]}])
+    assert not sigmorphon_flags.built_as(manifest, [{"run": "seed2", "flags": ["--seed", "2", *flags[2:]]}])
 
 
 def test_a_model_is_built_again_when_what_it_trains_changes_not_where_a_flag_is_written_or_where_it_ran():
     recorded = ["--seed", "2", "--hidden-size", "256", "--device", "cpu", "--output", "monotonic", "--hidden-size", "384"]
     manifest = {"task_scores": {"runs": [{"run": "seed2", "flags": recorded}]}}
     moved = ["--seed", "2", "--hidden-size", "384", "--device", "cuda", "--threads", "1", "--output", "monotonic"]
-    assert sigmorphon._built_as(manifest, [{"run": "seed2", "flags": moved}])
-    assert not sigmorphon._built_as(manifest, [{"run": "seed2", "flags": [*moved, "--hidden-size", "256"]}])
-    assert not sigmorphon._built_as(manifest, [{"run": "seed2", "flags": [*moved, "+cmudict_ipa"]}])
-    assert not sigmorphon._built_as(manifest, [{"run": "seed2", "flags": moved}, {"run": "seed1", "flags": moved}])
+    assert sigmorphon_flags.built_as(manifest, [{"run": "seed2", "flags": moved}])
+    assert not sigmorphon_flags.built_as(manifest, [{"run": "seed2", "flags": [*moved, "--hidden-size", "256"]}])
+    assert not sigmorphon_flags.built_as(manifest, [{"run": "seed2", "flags": [*moved, "+cmudict_ipa"]}])
+    assert not sigmorphon_flags.built_as(manifest, [{"run": "seed2", "flags": moved}, {"run": "seed1", "flags": moved}])
 
 
 def test_a_variants_seeds_take_the_place_of_its_recipes(task, monkeypatch):
@@ -131,7 +131,7 @@ def test_a_recipe_that_trains_on_dev_exports_each_runs_last_epoch_and_the_table_
     manifest = load_bundle(sigmorphon.build("tiny")).manifest
     last = torch.load(task / "runs" / "tiny" / "seed1" / "last.pt", weights_only=False)
     assert manifest["data"]["train_on_dev"] is True and manifest["training"]["best_epoch"] == last["epoch"] == 2  # the epoch exported
-    assert manifest["task_scores"]["runs"][0]["flags"][-4:] == list(sigmorphon.TRAIN_ON_DEV)
+    assert manifest["task_scores"]["runs"][0]["flags"][-4:] == list(sigmorphon_flags.TRAIN_ON_DEV)
     # int8 takes the same check on dev as any model's (kept where no worse there), and is scored as served
     assert ("int8" in manifest) != ("int8_dropped" in manifest)
     assert manifest["task_scores"]["precision"] == served_precision(manifest, "auto")

@@ -35,6 +35,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from training.data import REPO, read_lines
+from training.sigmorphon_flags import TRAIN_ON_DEV, built_as, recorded_flags, same_training
 from training.sigmorphon_recipes import (BEAM, LANG_FLAGS, LANG_SEEDS, LANGS, PROSODY_MEMORY, RECIPES, TRAIN_ORDER,
                                          Recipe)
 
@@ -81,16 +82,8 @@ def files(lang: str) -> dict[str, Path]:
     return {split: DATA / subtask / f"{lang}_{split}.tsv" for split in ("train", "dev", "test")}
 
 
-TRAIN_ON_DEV = ("--train-on-dev", "true", "--save-last", "true")
-
-
 def trains_on_dev(recipe: Recipe, variant: "Variant") -> bool:
     return recipe.train_on_dev and variant.train_on_dev
-
-
-def trained_on_dev(manifest: dict) -> bool:
-    """Whether a built model learned from its dev file too (its dev figures are then training figures)."""
-    return bool(manifest.get("data", {}).get("train_on_dev"))
 
 
 def _train_flags(lang: str, seed: int, recipe: Recipe, variant: "Variant", device: str = "") -> list[str]:
@@ -106,35 +99,6 @@ def member_flags(lang: str, seed: int, recipe: Recipe, variant: "Variant" = RULE
     return [str(Path(a).relative_to(REPO)) if Path(a).is_absolute() and Path(a).is_relative_to(REPO) else a
             for a in _train_flags(lang, seed, recipe, variant, device)] + (
         ["+cmudict_ipa"] if recipe.cmudict_ipa else []) + (["+cmudict_hints"] if recipe.cmudict_hints else [])
-
-
-def _recorded_flags(run: Path) -> list[str] | None:
-    """The flags a finished run recorded (its device among them), None for runs from before they were."""
-    return json.loads((run / "flags.json").read_text()) if (run / "flags.json").exists() else None
-
-
-WHERE_IT_RAN = ("device", "threads")  # how a run was carried out, not what it trained
-
-
-def _parsed(flags: list[str]) -> dict:
-    """python -m training.train's settings from a member's recorded flags (a later flag wins); markers such
-    as +cmudict_ipa are not flags."""
-    from training.train import parse_args
-
-    return vars(parse_args(["--corpus", "tsv", "--train-tsv", "-", "--dev-tsv", "-", "--out", "-",
-                            *(f for f in flags if not f.startswith("+"))]))
-
-
-def training_settings(flags: list[str]) -> tuple[list[str], dict]:
-    """What a member's recorded flags train: its markers (+cmudict_ipa) and its settings, where it ran aside."""
-    return (sorted(f for f in flags if f.startswith("+")),
-            {k: v for k, v in _parsed(flags).items() if k not in WHERE_IT_RAN})
-
-
-def same_training(recorded: list[str], wanted: list[str]) -> bool:
-    """Whether a run's recorded flags train what `wanted` asks: a flag moved from a language's own flags into
-    its subtask's recipe changes nothing, nor does the device or the threads it ran on."""
-    return recorded == wanted or training_settings(recorded) == training_settings(wanted)
 
 
 def run_name(seed: int) -> str:
@@ -315,33 +279,6 @@ def build(lang: str, variant: Variant = RULES, device: str = "", train_only: boo
         return _build(lang, variant, device, train_only)
 
 
-def _built_as(manifest: dict, wanted: list[dict]) -> bool:
-    """Whether a built model's members are the runs `wanted` lists, with their flags."""
-    done = manifest.get("task_scores", {})
-    if "runs" in done:
-        return len(done["runs"]) == len(wanted) and all(
-            d["run"] == w["run"] and same_training(d["flags"], w["flags"]) for d, w in zip(done["runs"], wanted))
-    # Built before models recorded their runs: as many members, trained on dev or not as asked, and the
-    # settings it records (a lone member's seed among them).
-    on_dev = any(TRAIN_ON_DEV[0] in w["flags"] for w in wanted)
-    if done.get("members") != len(wanted) or on_dev != trained_on_dev(manifest):
-        return False
-    if ("+cmudict_hints" in wanted[0]["flags"]) != bool(manifest.get("data", {}).get("source_hints")):
-        return False  # a marker is no flag of python -m training.train: _configured_as cannot see it
-    return _configured_as(manifest, wanted[0], with_seed=len(wanted) == 1)
-
-
-def _configured_as(manifest: dict, member: dict, with_seed: bool) -> bool:
-    """Whether the model and training settings a manifest records are those the member's flags give, so that
-    a changed flag is noticed without `runs`; the seed only `with_seed` (an ensemble's manifest records one
-    member's)."""
-    args = _parsed(member["flags"])
-    recorded = {**manifest.get("model_config", {}), **manifest.get("train_config", {})}
-    if with_seed and recorded.get("seed") != args["seed"]:
-        return False
-    return all(args[k] == v for k, v in recorded.items() if k in args and k != "seed")
-
-
 def _build(lang: str, variant: Variant, device: str = "", train_only: bool = False) -> Path | None:
     from service.engine.bundle import load_bundle, write_manifest
     from training.export import build_bundle, parity_ok
@@ -351,7 +288,7 @@ def _build(lang: str, variant: Variant, device: str = "", train_only: bool = Fal
     recipe = recipe_for(lang)
     seeds = variant.seeds or recipe.seeds
     wanted = [{"run": run_name(seed), "flags": member_flags(lang, seed, recipe, variant)} for seed in seeds]
-    if (target / "manifest.json").exists() and _built_as(json.loads((target / "manifest.json").read_text()), wanted):
+    if (target / "manifest.json").exists() and built_as(json.loads((target / "manifest.json").read_text()), wanted):
         if variant == RULES and with_memory(lang, target, trained_pairs(lang)):
             rescore(lang, always=True, variant=variant)  # a memory added to the model as built: scored again
         return target  # done: the recipe asks for the members it was built from
@@ -359,7 +296,7 @@ def _build(lang: str, variant: Variant, device: str = "", train_only: bool = Fal
     checkpoints = [train_seed(lang, seed, recipe, variant, device) for seed in seeds]
     if train_only:
         return None
-    wanted = [{**w, "flags": _recorded_flags(c.parent) or w["flags"]} for w, c in zip(wanted, checkpoints)]
+    wanted = [{**w, "flags": recorded_flags(c.parent) or w["flags"]} for w, c in zip(wanted, checkpoints)]
     staging = runs / "bundle" / "1"
     shutil.rmtree(staging.parent, ignore_errors=True)
     manifest = build_bundle(checkpoints if len(checkpoints) > 1 else checkpoints[0], staging, name, "1",

@@ -17,7 +17,8 @@ import unicodedata
 from pathlib import Path
 
 from training.data import read_lines
-from training.sigmorphon import RULES, files, trained_on_dev
+from training.sigmorphon import RULES, files
+from training.sigmorphon_flags import trained_on_dev
 from training.sigmorphon_recipes import BEAM, LANGS
 
 # Marks of length, stress and tone: spacing (ː ˑ ˈ ˌ, the tone letters ˥ ˦ ˧ ˨ ˩) and combining (grave,

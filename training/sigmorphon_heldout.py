@@ -25,8 +25,9 @@ import sys
 from pathlib import Path
 
 from training.data import REPO, read_lines
-from training.sigmorphon import (RULES, _parsed, _train_flags, cmudict_flags, files, recipe_for, run_training,
+from training.sigmorphon import (RULES, _train_flags, cmudict_flags, files, recipe_for, run_training,
                                  task_wer, trained_pairs, with_memory)
+from training.sigmorphon_flags import parsed
 from training.sigmorphon_recipes import BEAM, LANGS, Recipe
 
 RUNS = REPO / "runs" / "sigmorphon-heldout"
@@ -60,7 +61,7 @@ def split_train(lang: str, out: Path, eighth: int = 0) -> tuple[Path, Path]:
 def member(lang: str, seed: int, rest: Path, held: Path, run: Path, extra: list[str], recipe: Recipe) -> Path:
     """Train one member (skipped when its result.json exists); its checkpoint."""
     flags = [*_train_flags(lang, seed, recipe, RULES), *extra]
-    checkpoint = run / ("last.pt" if _parsed(flags)["train_on_dev"] else "best.pt")
+    checkpoint = run / ("last.pt" if parsed(flags)["train_on_dev"] else "best.pt")
     if (run / "result.json").exists():
         return checkpoint
     argv = [sys.executable, "-m", "training.train", "--corpus", "tsv", "--train-tsv", str(rest),

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from training import sigmorphon
 from training.sigmorphon import Variant
+from training.sigmorphon_flags import TRAIN_ON_DEV, trained_on_dev
 from training.sigmorphon_recipes import (BASELINE_MACRO, BEAM, LANG_FLAGS, LANG_SEEDS, LANGS, PROSODY_MEMORY, RECIPES,
                                          SUBTASKS, TARGETS)
 
@@ -31,7 +32,7 @@ def scores(lang: str, variant: Variant = sigmorphon.RULES) -> dict | None:
         return None
     manifest = json.loads(path.read_text(encoding="utf-8"))
     return {**manifest["task_scores"], "parameters": manifest["parameters"],
-            "train_on_dev": sigmorphon.trained_on_dev(manifest), "train_minutes": train_minutes(manifest),
+            "train_on_dev": trained_on_dev(manifest), "train_minutes": train_minutes(manifest),
             "mb": sum(f.stat().st_size for f in path.parent.iterdir()) / 1e6} if "task_scores" in manifest else None
 
 
@@ -135,7 +136,7 @@ def recipe_lines() -> list[str]:
             extra += ("; each word read with CMUdict's first transcription after it, where CMUdict has it, dev and "
                       "test words included, as the subtask's rules allow (`--source-hints`, docs/g2p.md)")
         on_dev = (f"; on the train and dev files together, each member its run's last epoch: "
-                  f"`{' '.join(sigmorphon.TRAIN_ON_DEV)}`" if r.train_on_dev else "")
+                  f"`{' '.join(TRAIN_ON_DEV)}`" if r.train_on_dev else "")
         lines.append(f"- **{subtask}** (seeds {', '.join(map(str, r.seeds))}{extra}{on_dev}): `{' '.join(r.flags)}`")
     from training.sigmorphon_transfer import PRETRAIN_FLAGS
     from training.sigmorphon_transfer import variant as transfer_variant
