@@ -9,12 +9,12 @@ int(md5(source).hexdigest(), 16) % 8 == 0, the same words every time), train the
 the rest (and dev, where the recipe or the flags after `--` train on it; eng_us with CMUdict, none of
 whose pairs is a held-out word's) with the recipe's flags, the language's own and the flags after `--`,
 and score the held-out words with the task's scorer through the engine (beam 5, fp32), several seeds as
-one ensemble. Write the rule before reading a figure, and compare with the recipe retrained
-in the same session on the same split (`--tag base`, then `--against base`): a figure recorded on another day
-may not reproduce exactly (docs/sigmorphon.md, Tried). `--eighth K` holds out another eighth (md5 % 8 == K),
-a question's second look on words its first figures were not read on. Runs go to
-runs/sigmorphon-heldout/<lang>/<tag>/ (runs/sigmorphon-heldout-K/ for another eighth), each language's figure
-to its result.json there; the test file is never read.
+one ensemble. Write the rule before reading a figure, and compare with the recipe retrained in the same session
+on the same split (`--tag base`, then `--against base`): a run repeats to the bit on one machine but not on
+another, so a figure recorded in another session is one draw (docs/sigmorphon.md, Tried). `--eighth K` holds out
+another eighth (md5 % 8 == K), a question's second look on words its first figures were not read on. Runs go to
+runs/sigmorphon-heldout/<lang>/<tag>/ (runs/sigmorphon-heldout-K/ for another eighth), each language's figure to
+its result.json there; the test file is never read.
 """
 from __future__ import annotations
 
@@ -93,7 +93,7 @@ def ask(lang: str, tag: str, seeds: list[int], extra: list[str], runs: Path | No
 
 def against(result: dict, tag: str, runs: Path = RUNS) -> dict:
     """The question's held-out words wrong beside another tag's on the same words (the recipe retrained in the same
-    session, say: a figure recorded on another day may not reproduce), and how many fewer."""
+    session, say: a figure recorded on another machine does not reproduce), and how many fewer."""
     other = json.loads((runs / result["lang"] / tag / "result.json").read_text())
     key, words = f"heldout_beam{BEAM}_fp32", result["heldout_words"]
     wrong, other_wrong = (round(r[key] * words / 100) for r in (result, other))
