@@ -10,11 +10,12 @@ the rest (and dev, where the recipe or the flags after `--` train on it; eng_us 
 whose pairs is a held-out word's) with the recipe's flags, the language's own and the flags after `--`,
 and score the held-out words with the task's scorer through the engine (beam 5, fp32), several seeds as
 one ensemble. Write the rule before reading a figure, and compare with the recipe retrained in the same session
-on the same split (`--tag base`, then `--against base`): a run repeats to the bit on one machine but not on
-another, so a figure recorded in another session is one draw (docs/sigmorphon.md, Tried). `--eighth K` holds out
-another eighth (md5 % 8 == K), a question's second look on words its first figures were not read on. Runs go to
-runs/sigmorphon-heldout/<lang>/<tag>/ (runs/sigmorphon-heldout-K/ for another eighth), each language's figure to
-its result.json there; the test file is never read.
+on the same split (`--tag base`, then `--against base`): a run repeats to the bit on one machine but not
+necessarily on another machine or install, so a figure recorded in another session is one draw
+(docs/sigmorphon.md, Tried). `--eighth K` holds out another eighth (md5 % 8 == K), a question's second look on
+words its first figures were not read on. Runs go to runs/sigmorphon-heldout/<lang>/<tag>/
+(runs/sigmorphon-heldout-K/ for another eighth), each language's figure to its result.json there; the test file
+is never read.
 """
 from __future__ import annotations
 
