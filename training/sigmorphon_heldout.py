@@ -26,7 +26,7 @@ import sys
 from pathlib import Path
 
 from training.data import REPO, read_lines
-from training.sigmorphon import (RULES, _train_flags, cmudict_flags, files, recipe_for, run_training,
+from training.sigmorphon import (RULES, _train_flags, cmudict_flags, files, recipe_for, run_name, run_training,
                                  task_wer, trained_pairs, with_memory)
 from training.sigmorphon_flags import parsed
 from training.sigmorphon_recipes import BEAM, LANGS, Recipe
@@ -81,7 +81,7 @@ def ask(lang: str, tag: str, seeds: list[int], extra: list[str], runs: Path | No
     out = runs / lang / tag
     rest, held = split_train(lang, runs / lang, eighth)
     recipe = recipe_for(lang)
-    checkpoints = [member(lang, seed, rest, held, out / f"seed{seed}", extra, recipe) for seed in seeds]
+    checkpoints = [member(lang, seed, rest, held, out / run_name(seed), extra, recipe) for seed in seeds]
     bundle = out / "bundle" / "1"
     build_bundle(checkpoints if len(checkpoints) > 1 else checkpoints[0], bundle, f"{lang}-{tag}", "1",
                  parity_words=50, lexicon=False)
