@@ -74,6 +74,9 @@ def test_a_language_is_trained_exported_scored_and_tabled_and_resumes_without_tr
     assert "| `tiny` | 1, 2 | two seeds beat one on its dev |" in doc.read_text(encoding="utf-8")
     hours = sum(m["history"][-1]["minutes"] for m in manifest["training"]["members"]) / 60
     assert f"Training: 2 runs, {hours:.1f} hours in all" in doc.read_text(encoding="utf-8")
+    errors = {f"{sigmorphon_table.sampling_error({'tiny': scores['test'][pick]}, {'tiny': 30}):.2f}"  # 30 test words
+              for pick in ("greedy", "beam5")}  # at the decoding dev chose
+    assert any(f"), ± {se}: one standard error" in doc.read_text(encoding="utf-8") for se in errors)
 
     # A changed recipe is noticed: the same runs in another order are another model, built again from the
     # runs as they are; a run trained with other flags than the recipe now asks is refused, not reused.
@@ -92,6 +95,13 @@ def test_a_models_training_time_is_its_members_own_minutes():
     two = {"training": {"members": [{"history": [{"minutes": 2.0}]}, {"history": [{"minutes": 4.0}]}]}}
     assert sigmorphon_table.train_minutes(one) == 3.5 and sigmorphon_table.train_minutes(two) == 6.0
     assert sigmorphon_table.train_minutes({}) == 0  # no history recorded: nothing counted
+
+
+def test_a_macro_figures_sampling_error_is_its_languages_binomial_errors_averaged():
+    assert sigmorphon_table.sampling_error({"a": 50.0}, {"a": 100}) == pytest.approx(5.0)  # sqrt(.25 / 100)
+    # Two languages: sqrt(.1 * .9 / 100 + .5 * .5 / 400) / 2, in points; a perfect language adds nothing.
+    assert sigmorphon_table.sampling_error({"a": 10.0, "b": 50.0}, {"a": 100, "b": 400}) == pytest.approx(1.9526, abs=1e-4)
+    assert sigmorphon_table.sampling_error({"a": 0.0, "b": 0.0}, {"a": 100, "b": 100}) == 0
 
 
 def test_a_model_built_before_its_runs_were_recorded_is_built_again_when_a_flag_changes():

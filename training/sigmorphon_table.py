@@ -43,6 +43,18 @@ def train_minutes(manifest: dict) -> float:
     return sum(m["history"][-1]["minutes"] for m in training.get("members") or [training] if m.get("history"))
 
 
+def sampling_error(test_pct: dict[str, float], test_words: dict[str, int]) -> float:
+    """One standard error of a macro test WER (in points) from the test words' draw alone: each language's words
+    right or wrong independently at its measured rate, the languages independent. A target within about this of
+    the figure is within what another draw of test words would move it by; the baseline's figures have the same."""
+    rates = [(test_pct[lang] / 100, test_words[lang]) for lang in test_pct]
+    return 100 * sum(p * (1 - p) / n for p, n in rates) ** 0.5 / len(rates)
+
+
+def test_words(lang: str) -> int:
+    return sum(1 for line in sigmorphon.files(lang)["test"].read_text(encoding="utf-8").splitlines() if line.strip())
+
+
 def decoding_chosen(rows: list[dict], subtask: str) -> tuple[str, str]:
     """The subtask's decoding and what chose it: greedy or beam, whichever has the lower dev macro-average over
     the models that did not train on dev; where all did, the one its recipe chose before they trained on dev."""
@@ -94,8 +106,10 @@ def subtask_lines(subtask: str, variant: Variant = sigmorphon.RULES, title: str 
     verdict = f"target <= {target:.2f} met" if miss <= 0 else f"target <= {target:.2f} missed by {miss:.2f}"
     if variant != sigmorphon.RULES:  # the subtask's target is the rule-abiding models'
         verdict = f"beside the target of <= {target:.2f} for models under the subtask's rules ({miss:+.2f})"
+    se = sampling_error({lang: s["test"][pick] for lang, s in rows.items()}, {lang: test_words(lang) for lang in rows})
     lines += ["", f"Macro test WER{partial}: **{macro[pick]:.2f}** ({pick}; greedy {macro['greedy']:.2f}, "
-              f"beam 5 {macro[f'beam{BEAM}']:.2f}); baseline {BASELINE_MACRO[subtask]:.2f}; {verdict}.", ""]
+              f"beam 5 {macro[f'beam{BEAM}']:.2f}), ± {se:.2f}: one standard error of the test words' draw "
+              f"(`sampling_error`); baseline {BASELINE_MACRO[subtask]:.2f}; {verdict}.", ""]
     if variant == sigmorphon.RULES:  # the transfer row's runs start from a pretrained model, whose time is elsewhere
         lines += [f"Training: {sum(r['members'] for r in rows.values())} runs, "
                   f"{sum(r['train_minutes'] for r in rows.values()) / 60:.1f} hours in all, each on one CPU thread.", ""]
