@@ -131,7 +131,13 @@ def cost_lines() -> list[str]:
             "(`bernoulli_`) are about a twelfth of the step. Nor would bfloat16 do it: on an AVX-512 BF16 host, "
             "`torch.autocast` in bf16 took that step (`arm_e`, one thread) 94-108 ms against fp32's 121-129 "
             "(2026-12-05, one-off script, two runs each), a fifth off where the budget needs about half, and "
-            "trained in other rounding than the committed models.", ""]
+            "trained in other rounding than the committed models. Fewer epochs would have to come from the medium "
+            "languages, most of the hours: with every one of them on the 25-epoch schedule at 256 wide, the runs "
+            "would take about 5.8 hours (2.9 on 2 cores, a whole session), and on held-out eighths of their train "
+            "files 25 epochs read worse than each one's own schedule on `hbs_latn` (+1.16), `arm_e` (+0.81), `fre` "
+            "(+0.67), `hun` (+0.38) and `vie_hanoi` (+0.10; Tried): about +0.3 of medium macro together, more than "
+            "the margin by which the medium target is met. An estimate from held-out words, not a model built: on "
+            "2 cores, this table's accuracy and a session's training time do not go together.", ""]
 
 
 def _table(intro: str, header: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[str]:
