@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 from training import sigmorphon
+from training.data import read_lines
 from training.sigmorphon import Variant
 from training.sigmorphon_flags import TRAIN_ON_DEV, trained_on_dev
 from training.sigmorphon_recipes import (BASELINE_MACRO, BEAM, LANG_FLAGS, LANG_SEEDS, LANGS, PROSODY_MEMORY, RECIPES,
@@ -52,7 +53,7 @@ def sampling_error(test_pct: dict[str, float], test_words: dict[str, int]) -> fl
 
 
 def test_words(lang: str) -> int:
-    return sum(1 for line in sigmorphon.files(lang)["test"].read_text(encoding="utf-8").splitlines() if line.strip())
+    return len(read_lines(sigmorphon.files(lang)["test"]))
 
 
 def decoding_chosen(rows: list[dict], subtask: str) -> tuple[str, str]:
