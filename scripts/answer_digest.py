@@ -92,7 +92,7 @@ def transduce(stub, pb2, model: str, words: list[str], **options) -> list:
     for i in range(0, len(words), CHUNK):
         out.append(stub.Transduce(pb2.TransduceRequest(
             inputs=words[i:i + CHUNK], model_name=model,
-            options=pb2.DecodeOptions(return_attention=True, **options)), timeout=600))
+            options=pb2.DecodeOptions(return_attention=True, allow_unknown_symbols=True, **options)), timeout=600))
     return out
 
 
@@ -103,20 +103,19 @@ def sentences(model: str, words: list[str]) -> list[str]:
     return [" ".join(words[i:i + 8]) + f" {i + 3} 21." for i in range(0, min(len(words), 400), 8)]
 
 
-def ready(stub, pb2, name: str) -> bool:
-    try:
-        models = stub.ListModels(pb2.ListModelsRequest(), timeout=60).models
-    except grpc.RpcError as e:
-        if e.code() == grpc.StatusCode.UNAVAILABLE:  # still loading
-            return False
-        raise
-    return any(m.name == name and m.state == "READY" for m in models)
+def serving(channel) -> bool:
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    status = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=60).status
+    return status == health_pb2.HealthCheckResponse.SERVING
 
 
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--models", nargs="*", help="only these models (default: every one)")
     p.add_argument("--beam", type=int, default=5)
+    p.add_argument("--server-arg", action="append", default=[],
+                   help="passed to attnserve-server, e.g. --server-arg=--mode=continuous (answers must not change)")
     args = p.parse_args(argv)
     pb2, pb2_grpc = _proto()
     found = bundles()
@@ -126,16 +125,16 @@ def main(argv=None) -> None:
             os.symlink(found[name], Path(repo) / name)
         port = free_port()
         server = subprocess.Popen([str(Path(sys.executable).parent / "attnserve-server"), "--model-repository", repo,
-                                   "--port", str(port), "--default-model", names[0], "--metrics-port", str(free_port()), "--workers", "1"],
+                                   "--port", str(port), "--default-model", names[0], "--metrics-port", str(free_port()), "--workers", "1", *args.server_arg],
                                   stdout=subprocess.DEVNULL, stderr=open(Path(repo).parent / "digest-server.log", "w"))
         try:
             channel = grpc.insecure_channel(f"localhost:{port}",
                                             options=[("grpc.max_receive_message_length", 1 << 30)])
             grpc.channel_ready_future(channel).result(timeout=300)
             stub = pb2_grpc.TransducerStub(channel)
+            while not serving(channel):  # every model loaded before any answer is asked for
+                time.sleep(0.5)
             for name in names:
-                while not ready(stub, pb2, name):  # every model READY before its answers are asked for
-                    time.sleep(0.5)
                 manifest = json.loads(sorted(found[name].glob("*/manifest.json"))[-1].read_text(encoding="utf-8"))
                 words = test_words(manifest)
                 greedy = digest(transduce(stub, pb2, name, words))
