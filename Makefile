@@ -9,8 +9,9 @@ MODEL_DIR ?= models/g2p-en
 DEFAULT_MODEL ?= g2p-en
 PROTO := protos/attnserve/v1/attnserve.proto
 # The Open Inference Protocol (KServe v2 / Triton) service, served beside the native API.
-KSERVE_PROTO := protos/inference/grpc_service.proto
-GEN := gen/attnserve/v1/attnserve_pb2.py
+KSERVE_PROTO := protos/attnserve/inference/grpc_service.proto
+# Generated into the package (gitignored); a `pip install` generates them too (setup.py).
+GEN := attnserve/v1/attnserve_pb2.py
 # The C++ load generator of `make overload` and `make bench` (bench/cpp/loadgen.cc).
 LOADGEN := build/attnserve-loadgen
 # MLServer, the peer server `make bench` measures beside attnserve, in a virtual environment of its own.
@@ -49,9 +50,9 @@ $(VENV)/bin/python:
 # Generated code comes from grpcio-tools, never edited by hand.
 $(GEN): $(PROTO) $(KSERVE_PROTO) $(VENV)/bin/python
 	$(PIP) install -q grpcio-tools==1.85.1
-	mkdir -p gen/attnserve/v1 gen/inference
-	$(PY) -m grpc_tools.protoc -Iprotos --python_out=gen --pyi_out=gen --grpc_python_out=gen $(PROTO) $(KSERVE_PROTO)
-	touch gen/attnserve/__init__.py gen/attnserve/v1/__init__.py gen/inference/__init__.py
+	mkdir -p attnserve/v1 attnserve/inference
+	$(PY) -m grpc_tools.protoc -Iprotos --python_out=. --pyi_out=. --grpc_python_out=. $(PROTO) $(KSERVE_PROTO)
+	touch attnserve/v1/__init__.py attnserve/inference/__init__.py
 
 protos: $(GEN)
 
@@ -242,4 +243,4 @@ evaluate: $(VENV)/.dev-installed
 	$(VENV)/bin/attnserve-eval --server localhost:50051 --split test
 
 clean:
-	rm -rf $(VENV) gen build .pytest_cache
+	rm -rf $(VENV) attnserve/v1 attnserve/inference build .pytest_cache
