@@ -169,23 +169,26 @@ bench: $(VENV)/.dev-installed $(LOADGEN) $(MLSERVER_VENV)/.installed $(BENTOML_V
 	$(PIP) install -q -e ".[dev,bench]"
 	$(PY) -m bench.run --bundle $(MODEL_DIR)/$(MODEL_VERSION) --loadgen $(LOADGEN)
 
-# A peer's virtual environment of its own with one pyproject extra: $(call peer_venv,DIR,EXTRA).
+# A peer's virtual environment of its own with one pyproject extra's requirements: $(call peer_venv,DIR,EXTRA).
+# Not attnserve itself, whose dependencies pin protobuf 7: the peer imports service/ from the checkout
+# (PYTHONPATH, bench/peer_servers.py).
 define peer_venv
 	$(PYTHON) -m venv $(1)
 	$(1)/bin/pip install -q --upgrade pip
-	$(1)/bin/pip install -q -e ".[$(2)]"
+	$(1)/bin/python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['optional-dependencies']['$(2)']))" > $(1)/requirements.txt
+	$(1)/bin/pip install -q -r $(1)/requirements.txt
 	touch $(1)/.installed
 endef
 # MLServer, the peer of `make bench`: pyproject's [mlserver] extra, since MLServer 1.7.1 needs
-# protobuf < 7 and the serving extra pins 7.
+# protobuf < 7 and attnserve's dependencies pin 7.
 .PHONY: mlserver-venv
 mlserver-venv: $(MLSERVER_VENV)/.installed
-$(MLSERVER_VENV)/.installed: pyproject.toml $(GEN)
+$(MLSERVER_VENV)/.installed: pyproject.toml
 	$(call peer_venv,$(MLSERVER_VENV),mlserver)
 # BentoML, the second peer: pyproject's [bentoml] extra, its many dependencies kept out of .venv.
 .PHONY: bentoml-venv
 bentoml-venv: $(BENTOML_VENV)/.installed
-$(BENTOML_VENV)/.installed: pyproject.toml $(GEN)
+$(BENTOML_VENV)/.installed: pyproject.toml
 	$(call peer_venv,$(BENTOML_VENV),bentoml)
 
 # Not part of `make bench` (its own server and peers): running English text (bench/corpus/english.txt) through
