@@ -9,8 +9,9 @@ MODEL_DIR ?= models/g2p-en
 DEFAULT_MODEL ?= g2p-en
 PROTO := protos/attnserve/v1/attnserve.proto
 # The Open Inference Protocol (KServe v2 / Triton) service, served beside the native API.
-KSERVE_PROTO := protos/inference/grpc_service.proto
-GEN := gen/attnserve/v1/attnserve_pb2.py
+KSERVE_PROTO := protos/attnserve/inference/grpc_service.proto
+# Generated into the package (gitignored); a `pip install` generates them too (setup.py).
+GEN := attnserve/v1/attnserve_pb2.py
 # The C++ load generator of `make overload` and `make bench` (bench/cpp/loadgen.cc).
 LOADGEN := build/attnserve-loadgen
 # MLServer, the peer server `make bench` measures beside attnserve, in a virtual environment of its own.
@@ -49,9 +50,9 @@ $(VENV)/bin/python:
 # Generated code comes from grpcio-tools, never edited by hand.
 $(GEN): $(PROTO) $(KSERVE_PROTO) $(VENV)/bin/python
 	$(PIP) install -q grpcio-tools==1.85.1
-	mkdir -p gen/attnserve/v1 gen/inference
-	$(PY) -m grpc_tools.protoc -Iprotos --python_out=gen --pyi_out=gen --grpc_python_out=gen $(PROTO) $(KSERVE_PROTO)
-	touch gen/attnserve/__init__.py gen/attnserve/v1/__init__.py gen/inference/__init__.py
+	mkdir -p attnserve/v1 attnserve/inference
+	$(PY) -m grpc_tools.protoc -Iprotos --python_out=. --pyi_out=. --grpc_python_out=. $(PROTO) $(KSERVE_PROTO)
+	touch attnserve/v1/__init__.py attnserve/inference/__init__.py
 
 protos: $(GEN)
 
@@ -168,23 +169,26 @@ bench: $(VENV)/.dev-installed $(LOADGEN) $(MLSERVER_VENV)/.installed $(BENTOML_V
 	$(PIP) install -q -e ".[dev,bench]"
 	$(PY) -m bench.run --bundle $(MODEL_DIR)/$(MODEL_VERSION) --loadgen $(LOADGEN)
 
-# A peer's virtual environment of its own with one pyproject extra: $(call peer_venv,DIR,EXTRA).
+# A peer's virtual environment of its own with one pyproject extra's requirements: $(call peer_venv,DIR,EXTRA).
+# Not attnserve itself, whose dependencies pin protobuf 7: the peer imports service/ from the checkout
+# (PYTHONPATH, bench/peer_servers.py).
 define peer_venv
 	$(PYTHON) -m venv $(1)
 	$(1)/bin/pip install -q --upgrade pip
-	$(1)/bin/pip install -q -e ".[$(2)]"
+	$(1)/bin/python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['optional-dependencies']['$(2)']))" > $(1)/requirements.txt
+	$(1)/bin/pip install -q -r $(1)/requirements.txt
 	touch $(1)/.installed
 endef
 # MLServer, the peer of `make bench`: pyproject's [mlserver] extra, since MLServer 1.7.1 needs
-# protobuf < 7 and the serving extra pins 7.
+# protobuf < 7 and attnserve's dependencies pin 7.
 .PHONY: mlserver-venv
 mlserver-venv: $(MLSERVER_VENV)/.installed
-$(MLSERVER_VENV)/.installed: pyproject.toml $(GEN)
+$(MLSERVER_VENV)/.installed: pyproject.toml
 	$(call peer_venv,$(MLSERVER_VENV),mlserver)
 # BentoML, the second peer: pyproject's [bentoml] extra, its many dependencies kept out of .venv.
 .PHONY: bentoml-venv
 bentoml-venv: $(BENTOML_VENV)/.installed
-$(BENTOML_VENV)/.installed: pyproject.toml $(GEN)
+$(BENTOML_VENV)/.installed: pyproject.toml
 	$(call peer_venv,$(BENTOML_VENV),bentoml)
 
 # Not part of `make bench` (its own server and peers): running English text (bench/corpus/english.txt) through
@@ -242,4 +246,4 @@ evaluate: $(VENV)/.dev-installed
 	$(VENV)/bin/attnserve-eval --server localhost:50051 --split test
 
 clean:
-	rm -rf $(VENV) gen build .pytest_cache
+	rm -rf $(VENV) attnserve/v1 attnserve/inference build .pytest_cache

@@ -2,7 +2,7 @@
 running our own Engine, so that what differs from attnserve is the serving stack, not the model.
 
 Loaded by MLServer itself, in its own virtual environment (build/mlserver-venv, `make
-mlserver-venv`: MLServer 1.7.1 needs protobuf < 7, the serving extra pins 7), with the repository
+mlserver-venv`: MLServer 1.7.1 needs protobuf < 7, attnserve pins 7), with the repository
 on PYTHONPATH; bench/servers.py writes its settings and starts it. MLServer's adaptive batching
 (max_batch_size, max_batch_time) merges concurrent calls into one predict(), whose words are
 greedy-decoded together in one ONNX Loop call, as attnserve's request mode does.

@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 from bench.harness import BIN, MODEL_ONLY, Server, server_cpu_seconds, write_messages
-from inference import grpc_service_pb2 as kpb
+from attnserve.inference import grpc_service_pb2 as kpb
 from service.engine.bundle import load_bundle
 from training.evaluate import load_refs
 

@@ -1,6 +1,6 @@
 """Phonemes for words, from attnserve's Open Inference Protocol (KServe v2) API, with the stock Triton client.
 
-    pip install tritonclient==2.73.0           # plus grpcio and protobuf (attnserve's [serve] extra has them)
+    pip install tritonclient==2.73.0           # plus grpcio and protobuf (attnserve's dependencies have them)
     python examples/kserve_client.py attention knight
     python examples/kserve_client.py --url localhost:50051 --model g2p-en --alignment phoneme
 

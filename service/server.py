@@ -19,7 +19,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from inference import grpc_service_pb2_grpc as kserve_grpc
+from attnserve.inference import grpc_service_pb2_grpc as kserve_grpc
 from service.control import FD_ENV, INDEX_ENV, WorkerLink
 from service.transport.admin import AdminServicer, admin_handler
 from service.answering.answerer import Answerer

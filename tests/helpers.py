@@ -1,6 +1,6 @@
 """Helpers for reaching a server process, shared by the tests, scripts/ (soak, container check) and bench/.
 
-Nothing beyond the serve extra (grpcio and its health checking): `make soak` runs them in a
+Nothing beyond the serving install (grpcio and its health checking): `make soak` runs them in a
 serve-only venv. Test-only helpers (certificates, bundles, in-process servers) are in tests/live.py.
 """
 from __future__ import annotations

@@ -264,6 +264,17 @@ def test_argument_errors(argv, message, capsys):
     assert e.value.code == 2 and message in capsys.readouterr().err
 
 
+def test_png_without_matplotlib_names_the_extra_before_calling(monkeypatch, capsys):
+    """matplotlib is the [client] extra, not the base install: --png says so before any call is made."""
+    import importlib.util
+
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "matplotlib" else find_spec(name, *a))
+    with pytest.raises(SystemExit) as e:
+        client.main(["phonemes", "x", "--png", "a.png", "--server", "localhost:1"])
+    assert e.value.code == 2 and "attnserve[client]" in capsys.readouterr().err
+
+
 def test_bulk_file_sends_batches_and_prints_tsv_in_input_order(echo_server, capsys, tmp_path):
     address, fake = echo_server
     words = [f"w{i:03d}" for i in range(150)]

@@ -14,7 +14,7 @@ import pytest
 import pytest_asyncio
 
 from attnserve.v1 import attnserve_pb2 as pb, attnserve_pb2_grpc as pbg
-from inference import grpc_service_pb2 as kpb, grpc_service_pb2_grpc as kpbg
+from attnserve.inference import grpc_service_pb2 as kpb, grpc_service_pb2_grpc as kpbg
 from service.transport.oip import OUTPUTS
 from tests.live import copy_model, serving
 from tests.test_server import config

@@ -18,7 +18,7 @@ import pytest
 import pytest_asyncio
 
 from attnserve.v1 import attnserve_pb2 as pb, attnserve_pb2_grpc as pbg
-from inference import grpc_service_pb2 as kpb, grpc_service_pb2_grpc as kpbg
+from attnserve.inference import grpc_service_pb2 as kpb, grpc_service_pb2_grpc as kpbg
 from service.transport.kserve import KSERVE_SERVICE_NAME
 from service.transport.oip import OUTPUTS
 from service.server import build_server

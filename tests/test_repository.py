@@ -13,7 +13,7 @@ import pytest_asyncio
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from attnserve.v1 import attnserve_pb2 as pb, attnserve_pb2_grpc as pbg
-from inference import grpc_service_pb2 as kpb, grpc_service_pb2_grpc as kpbg
+from attnserve.inference import grpc_service_pb2 as kpb, grpc_service_pb2_grpc as kpbg
 from service.config import AnswerConfig, BatcherConfig, Config, RepositoryConfig, ServerConfig
 from tests import triton_calls
 from tests.live import Calls, add_version, copy_bundle, copy_model, held, serving

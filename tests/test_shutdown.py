@@ -10,7 +10,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from prometheus_client.parser import text_string_to_metric_families
 
 from attnserve.v1 import attnserve_pb2 as pb, attnserve_pb2_grpc as pbg
-from inference import grpc_service_pb2 as kpb, grpc_service_pb2_grpc as kpbg
+from attnserve.inference import grpc_service_pb2 as kpb, grpc_service_pb2_grpc as kpbg
 from scripts.container_check import received  # the one count of calls a server has taken in
 from tests.helpers import free_port, health_of, until_counted, wait_serving
 from tests.live import release, spawn_server, terminate

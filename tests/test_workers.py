@@ -21,7 +21,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.multiprocess import MultiProcessCollector
 
 from attnserve.v1 import attnserve_pb2 as pb, attnserve_pb2_grpc as pbg
-from inference import grpc_service_pb2 as kpb, grpc_service_pb2_grpc as kpbg
+from attnserve.inference import grpc_service_pb2 as kpb, grpc_service_pb2_grpc as kpbg
 from bench.harness import metric_samples
 from service.config import worker_core
 from tests.helpers import free_port, until_counted, wait_serving

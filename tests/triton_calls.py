@@ -1,7 +1,7 @@
 """Stock tritonclient calls for tests/test_kserve.py, run in a separate worker process.
 
 Why a separate process: tritonclient's generated grpc_service_pb2 and the server's
-gen/inference/grpc_service_pb2 both define the `inference.*` messages, and protobuf's
+attnserve.inference.grpc_service_pb2 both define the `inference.*` messages, and protobuf's
 process-wide descriptor pool refuses the second definition ("duplicate symbol").
 So the test process never imports tritonclient: these functions import it in the worker
 and return plain picklable values (numpy arrays, dicts, Failed).

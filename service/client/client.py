@@ -10,6 +10,7 @@ the terminal path starts quickly and works without a display.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import math
 import os
@@ -375,6 +376,8 @@ def _check_transduce_args(parser: argparse.ArgumentParser, args) -> None:
         parser.error("--png draws the heat maps of WORD arguments; --file output has no attention")
     if args.png and args.no_attention:
         parser.error("--png needs the attention weights; drop --no-attention")
+    if args.png and importlib.util.find_spec("matplotlib") is None:
+        parser.error("--png needs matplotlib: pip install 'attnserve[client]'")
     if args.beam is None:
         args.beam = args.n_best
     if args.n_best > args.beam:

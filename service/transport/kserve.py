@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from importlib.metadata import PackageNotFoundError, version
 
-from inference import grpc_service_pb2 as pb
+from attnserve.inference import grpc_service_pb2 as pb
 from service.domain import BadRequest, Decoded, UnknownModel
 from service.engine.bundle import Bundle
 from service.transport import oip
