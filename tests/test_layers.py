@@ -15,7 +15,9 @@ import pytest
 from tests.test_bench_layers import find_cycle  # the one cycle finder, tested there
 
 SERVICE = Path(__file__).resolve().parent.parent / "service"
-WIRE = ("grpc", "grpc_health", "grpc_reflection", "attnserve", "inference", "google.protobuf")
+# The generated protocol is attnserve.v1 (and inference); attnserve's other modules (attnserve.config) are
+# plain Python every layer may use.
+WIRE = ("grpc", "grpc_health", "grpc_reflection", "attnserve.v1", "inference", "google.protobuf")
 # Top to bottom: a request walks down this list and never back up.
 LAYERS = ["transport", "repository", "answering", "scheduling", "engine"]
 SHARED = ["domain", "config", "metrics", "tasks"]  # below every layer, beside each other
