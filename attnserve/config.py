@@ -52,12 +52,15 @@ def choices_of(f: dataclasses.Field) -> tuple:
     return f.metadata.get("choices", ())
 
 
-def type_of(cls: type, f: dataclasses.Field) -> tuple[type, bool]:
-    """The field's type, and whether it is `X | None` (then read as X, and the empty text as None)."""
+def type_of(cls: type, f: dataclasses.Field) -> tuple[type, bool, bool]:
+    """The field's type, whether it is `X | None` (then read as X, and the empty text as None) and whether it
+    is `list[X]` (a flag given one or more values, each read as X)."""
     hint = typing.get_type_hints(cls)[f.name]
     if typing.get_origin(hint) in (typing.Union, types.UnionType):
-        return next(a for a in typing.get_args(hint) if a is not type(None)), True
-    return hint, False
+        return next(a for a in typing.get_args(hint) if a is not type(None)), True, False
+    if typing.get_origin(hint) is list:
+        return typing.get_args(hint)[0], False, True
+    return hint, False, False
 
 
 def parse_bool(raw: str) -> bool:
@@ -89,7 +92,7 @@ PARSERS = {bool: parse_bool, int: _parse_int, float: _parse_float, str: str, Pat
 def parse_value(cls: type, f: dataclasses.Field, raw: str, where: str):
     """The text `raw` of field `f` of `cls`, given at `where` (a flag or an environment variable), as the
     field's type; a ValueError naming `where` and `raw` when it is not one."""
-    kind, optional = type_of(cls, f)
+    kind, optional, _ = type_of(cls, f)
     if optional and raw == "":
         return None
     try:
@@ -102,7 +105,7 @@ def parse_value(cls: type, f: dataclasses.Field, raw: str, where: str):
 
 
 def _metavar(cls: type, f: dataclasses.Field) -> str:
-    kind, _ = type_of(cls, f)
+    kind, _, _ = type_of(cls, f)
     if choices_of(f):
         return "{" + ",".join(map(str, choices_of(f))) + "}"
     return "{true,false}" if kind is bool else {int: "INT", float: "NUMBER", Path: "PATH"}.get(kind, "TEXT")
@@ -125,8 +128,9 @@ def add_fields(parser, cls: type, *, env_prefix: str = "", dest_prefix: str = ""
             notes.append(f"default {_shown(f.default)}")
         required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
         help = " ".join(filter(None, [doc_of(f), f"[{', '.join(notes)}]" if notes else ""])).replace("%", "%%")
+        many = type_of(cls, f)[2]
         kwargs = ({"action": "store_true"} if f.metadata.get("switch")
-                  else {"metavar": _metavar(cls, f), "required": required})
+                  else {"metavar": _metavar(cls, f), "required": required, "nargs": "+" if many else None})
         parser.add_argument(flag_of(f.name), dest=dest_prefix + f.name, default=argparse.SUPPRESS, help=help,
                             **kwargs)
 
@@ -141,11 +145,24 @@ def values(cls: type, given: dict[str, Any], *, dest_prefix: str = "", environ: 
         if f.name in skip or not f.init:
             continue
         raw = given.get(dest_prefix + f.name)
-        if raw is not None:
+        if isinstance(raw, list):
+            out[f.name] = [parse_value(cls, f, one, flag_of(f.name)) for one in raw]
+        elif raw is not None:
             out[f.name] = parse_value(cls, f, raw, flag_of(f.name)) if isinstance(raw, str) else raw
         elif environ is not None and env_prefix and (env := environ.get(env_prefix + f.name.upper())) is not None:
             out[f.name] = parse_value(cls, f, env, env_prefix + f.name.upper())
     return out
+
+
+def parse(cls: type, argv: list[str] | None = None, **parser_kwargs):
+    """A program whose flags are the fields of `cls` alone: `cls` built from `argv`, or refused (exit 2)."""
+    parser = ArgumentParser(**parser_kwargs)
+    add_fields(parser, cls)
+    given = vars(parser.parse_args(argv))
+    try:
+        return cls(**values(cls, given))
+    except ValueError as e:
+        parser.error(str(e))
 
 
 class Refused(SystemExit):

@@ -118,6 +118,11 @@ def test_a_mistyped_value_is_refused_the_same_way_by_the_server_and_by_training(
     assert refusal(parse_args, [*train, "--hidden-size", "7"], capsys) == (
         "hidden_size must be even for a bidirectional encoder, got 7")
     assert refusal(parse_args, [*train, "--max-epochs", "0"], capsys) == "max_epochs must be >= 1, got 0"
+    # the other training programs read their flags the same way
+    evaluate, _ = programs("evaluate")
+    assert refusal(evaluate, ["--bundle", "b", "--batch", "ten"], capsys) == "--batch='ten' is not an integer"
+    assert refusal(evaluate, ["--bundle", "b", "--split", "val"], capsys) == (
+        "--split='val' is not one of train, dev, test")
 
 
 def test_booleans_are_spelled_out_alike_everywhere():
@@ -132,17 +137,32 @@ def test_booleans_are_spelled_out_alike_everywhere():
     assert parse_args(train).keep_stress is False and parse_args([*train, "--keep-stress"]).keep_stress is True
 
 
-@pytest.mark.parametrize("program", ["server", "training"])
+def programs(name: str):
+    """A program's parser (a function of argv) and the config classes whose fields are its flags."""
+    import importlib
+
+    from service.config import SECTIONS, Config
+
+    if name == "server":
+        return (lambda a: parse_config(a, {})), [Config, *SECTIONS.values()]
+    if name == "train":
+        from training.model import ModelConfig
+        from training.train import RunConfig, TrainConfig, parse_args
+        return parse_args, [RunConfig, ModelConfig, TrainConfig]
+    module = importlib.import_module(f"training.{name}")
+    cls = {"evaluate": "EvalConfig", "export": "ExportConfig", "quantize": "QuantizeConfig",
+           "distill": "DistillConfig"}[name]
+    return module.main, [getattr(module, cls)]
+
+
+@pytest.mark.parametrize("program", ["server", "train", "evaluate", "export", "quantize", "distill"])
 def test_help_shows_every_fields_documentation(program, capsys):
     from dataclasses import fields
 
     from attnserve.config import doc_of, flag_of
-    from service.config import SECTIONS, Config
-    from training.model import ModelConfig
-    from training.train import RunConfig, TrainConfig, parse_args
+    from service.config import SECTIONS
 
-    parse, classes = ((lambda a: parse_config(a, {}), [Config, *SECTIONS.values()]) if program == "server" else
-                      (parse_args, [RunConfig, ModelConfig, TrainConfig]))
+    parse, classes = programs(program)
     with pytest.raises(SystemExit):
         parse(["--help"])
     shown = "".join(capsys.readouterr().out.split())  # argparse wraps the lines, also after a hyphen
@@ -154,5 +174,5 @@ def test_help_shows_every_fields_documentation(program, capsys):
             assert flag_of(f.name) in shown and "".join(doc_of(f).split()) in shown, f.name
     if program == "server":
         assert "[envATTNSERVE_MAX_WAIT_MS,default0.0]" in shown
-    else:
+    if program == "train":
         assert "[default256]" in shown  # --batch-size

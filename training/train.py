@@ -383,7 +383,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     as it is built here; one flat namespace of their fields."""
     p = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_fields(p, RunConfig)
-    add_fields(p.add_argument_group("model", "the model (training/model.py ModelConfig)"), ModelConfig, skip=VOCAB_SIZES)
+    add_fields(p.add_argument_group("model", "the model (training/model.py ModelConfig)"), ModelConfig,
+               skip=VOCAB_SIZES)
     add_fields(p.add_argument_group("training", "how it learns (TrainConfig)"), TrainConfig)
     given = vars(p.parse_args(argv))
     try:
