@@ -8,7 +8,7 @@ documentation, read from flags (and, for the server, environment variables) by o
 `add_fields` gives each field a flag (`max_output_len` -> `--max-output-len`) whose --help shows the
 field's documentation, its default and, where the program reads one, its environment variable.
 `parse_value` turns the text of a flag or a variable into the field's type (bool, int, float, str, Path,
-`X | None`) and refuses a mistyped value the same way wherever it came from, naming where and what:
+`X | None`, `list[X]`) and refuses a mistyped value the same way wherever it came from, naming where and what:
 
     --lexicon='ture' is not a boolean (true/false, yes/no, on/off, 1/0)
     ATTNSERVE_PORT='abc' is not an integer

@@ -176,3 +176,15 @@ def test_help_shows_every_fields_documentation(program, capsys):
         assert "[envATTNSERVE_MAX_WAIT_MS,default0.0]" in shown
     if program == "train":
         assert "[default256]" in shown  # --batch-size
+
+
+def test_the_config_helper_is_the_standard_library_only():
+    """Training and the server both read flags through attnserve/config.py: it imports neither of them."""
+    import ast
+
+    import attnserve.config
+
+    tree = ast.parse(Path(attnserve.config.__file__).read_text())
+    names = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    names |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    assert names <= {"__future__", "argparse", "dataclasses", "sys", "types", "typing", "pathlib"}, names
