@@ -1,14 +1,16 @@
 """Server configuration: frozen dataclasses, built once at start-up from flags and env.
 
 Every flag `--max-wait-ms` has the environment equivalent `ATTNSERVE_MAX_WAIT_MS`;
-a flag given on the command line wins over the environment.
+a flag given on the command line wins over the environment. Each field's documentation is
+what `attnserve-server --help` shows (attnserve/config.py reads and checks them all alike).
 """
 from __future__ import annotations
 
-import argparse
 import os
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
+
+from attnserve.config import ArgumentParser, add_fields, setting, values
 
 ENV_PREFIX = "ATTNSERVE_"
 
@@ -17,66 +19,66 @@ ENV_PREFIX = "ATTNSERVE_"
 class ServerConfig:
     """The transport (service/transport/, service/server.py): ports, limits per call, shutdown, security."""
 
-    host: str = "0.0.0.0"
-    port: int = 50051  # 0 picks a free port (tests)
-    metrics_port: int = 9090  # Prometheus /metrics over HTTP; 0 picks a free port, -1 disables
-    max_inputs_per_request: int = 256
-    max_input_len: int = 64  # characters per input
-    # Characters per text of a text call (TransduceText, the Open Inference Protocol's `text: true`):
-    # a paragraph, read into words that are each decoded as a short sequence of its own.
-    max_text_len: int = 2000
-    # On SIGTERM, first a lame duck: health says NOT_SERVING at once (probes, balancers and clients
-    # that health-check move on) while calls are still taken and served; only then does the server
-    # stop taking calls and drain. Calls that reach a stopping gRPC server before a handler takes
-    # them are CANCELLED, so stopping at once loses the calls that arrived just before the signal.
-    lame_duck_s: float = 3.0
-    grace_period_s: float = 10.0  # then the drain: time for in-flight calls to finish
-    # A connection is closed (GOAWAY) after this long, so long-lived clients re-resolve DNS and
-    # spread onto new replicas; in-flight calls get the grace to finish. 0 = never.
-    max_connection_age_s: float = 300.0
-    max_connection_age_grace_s: float = 30.0
+    host: str = setting("0.0.0.0", "the address to listen on")
+    port: int = setting(50051, "the gRPC port; 0 picks a free port (tests)")
+    metrics_port: int = setting(9090, "the HTTP port: Prometheus /metrics, the Open Inference Protocol's REST "
+                                "binding and the attention page; 0 picks a free port, -1 disables")
+    max_inputs_per_request: int = setting(256, "inputs one call may carry")
+    max_input_len: int = setting(64, "characters per input")
+    max_text_len: int = setting(2000, "characters per text of a text call (TransduceText, the Open Inference "
+                                "Protocol's `text: true`): a paragraph, read into words that are each decoded as "
+                                "a short sequence of its own")
+    lame_duck_s: float = setting(3.0, "on SIGTERM, first a lame duck: health says NOT_SERVING at once (probes, "
+                                 "balancers and clients that health-check move on) while calls are still taken "
+                                 "and served; only then does the server stop taking calls and drain. Calls that "
+                                 "reach a stopping gRPC server before a handler takes them are CANCELLED, so "
+                                 "stopping at once loses the calls that arrived just before the signal")
+    grace_period_s: float = setting(10.0, "then the drain: time for in-flight calls to finish")
+    max_connection_age_s: float = setting(300.0, "a connection is closed (GOAWAY) after this long, so long-lived "
+                                          "clients re-resolve DNS and spread onto new replicas; in-flight calls "
+                                          "get the grace to finish. 0 = never")
+    max_connection_age_grace_s: float = setting(30.0, "the grace of a connection closed for its age")
     # Shedding answers with a status a client can act on: RESOURCE_EXHAUSTED or UNAVAILABLE, never
     # CANCELLED, which a client reads as its own giving up and no retry policy retries.
-    # HTTP/2's SETTINGS_MAX_CONCURRENT_STREAMS: gRPC core refuses a connection's calls past this many at
-    # once (REFUSED_STREAM, which the client hears as UNAVAILABLE: the server never saw the call, so it
-    # may go elsewhere) before any Python runs for them, so a burst on one connection costs nothing to
-    # refuse. 0 = no limit.
-    max_streams_per_connection: int = 256
-    # Calls this process holds at once (parsed, queued, decoding, answering), over every connection;
-    # past it a model call is refused RESOURCE_EXHAUSTED before its request is parsed
-    # (service/transport/shedding.py). Health, reflection and admin calls are never refused.
-    max_inflight_calls: int = 1024
-    # gRPC core's own backlog: calls received but not yet taken in by the event loop. Past
-    # max_pending_calls core sheds arrivals with a probability rising to 1 at max_pending_calls_hard,
-    # and calls older than max_pending_age_s, by resetting the stream, which the client hears as
-    # CANCELLED. So they are loose backstops (bounds on memory and on a call's wait), past what the two
-    # limits above let in on any ordinary number of connections; tighten them only for clients that
-    # retry CANCELLED.
-    max_pending_calls: int = 100000
-    max_pending_calls_hard: int = 100000
-    max_pending_age_s: int = 30
-    max_message_bytes: int = 16 * 1024 * 1024
-    # Transport security (see service/transport/security.py). A cert and key turn TLS on; a client CA
-    # on top makes it mutual TLS (clients must present a certificate signed by that CA).
-    tls_cert_file: str = ""
-    tls_key_file: str = ""
-    tls_client_ca_file: str = ""
-    # A file holding the shared-secret bearer token (or env ATTNSERVE_AUTH_TOKEN; never a flag).
-    auth_token_file: str = ""
-    # Admin RPCs (ReloadModel) answer PERMISSION_DENIED unless a bearer token is configured (then
-    # they need it, like every call) or this opens them explicitly, for a server only trusted
-    # callers can reach: anyone who reaches the port could otherwise switch the served version.
-    admin_without_token: bool = False
-    # Server processes on the one pair of ports (SO_REUSEPORT), each with its own event loop and
-    # engines, under a supervisor (service/supervisor.py): one interpreter lock per process, so the
-    # transport and the engine of different calls run on different cores. 0 = one per core the process
-    # may run on; 1 = the single process, no supervisor (docs/operations.md#worker-processes).
-    workers: int = 0
-    # With a worker per core and the cores its own (worker_core), each worker process runs on the core its
-    # number names, its event loop, engine and gRPC threads together: a thread woken for a call finds the
-    # model's weights and the call's data in that core's cache. false, or an onnxruntime pool of several
-    # threads (EngineConfig.intra_op_threads): the OS places every thread.
-    pin_workers: bool = True
+    max_streams_per_connection: int = setting(
+        256, "HTTP/2's SETTINGS_MAX_CONCURRENT_STREAMS: gRPC core refuses a connection's calls past this many "
+        "at once (REFUSED_STREAM, which the client hears as UNAVAILABLE: the server never saw the call, so it "
+        "may go elsewhere) before any Python runs for them, so a burst on one connection costs nothing to "
+        "refuse. 0 = no limit")
+    max_inflight_calls: int = setting(
+        1024, "calls this process holds at once (parsed, queued, decoding, answering), over every connection; "
+        "past it a model call is refused RESOURCE_EXHAUSTED before its request is parsed "
+        "(service/transport/shedding.py). Health, reflection and admin calls are never refused")
+    max_pending_calls: int = setting(
+        100000, "gRPC core's own backlog: calls received but not yet taken in by the event loop. Past "
+        "max_pending_calls core sheds arrivals with a probability rising to 1 at max_pending_calls_hard, and "
+        "calls older than max_pending_age_s, by resetting the stream, which the client hears as CANCELLED. So "
+        "the three are loose backstops (bounds on memory and on a call's wait), past what the two limits above "
+        "let in on any ordinary number of connections; tighten them only for clients that retry CANCELLED")
+    max_pending_calls_hard: int = setting(100000, "see max_pending_calls")
+    max_pending_age_s: int = setting(30, "see max_pending_calls")
+    max_message_bytes: int = setting(16 * 1024 * 1024, "the largest gRPC message sent or received")
+    # Transport security: service/transport/security.py.
+    tls_cert_file: str = setting("", "a PEM certificate; with tls_key_file it turns TLS on")
+    tls_key_file: str = setting("", "the certificate's PEM private key")
+    tls_client_ca_file: str = setting("", "on top of TLS, mutual TLS: clients must present a certificate "
+                                      "signed by this CA (PEM)")
+    auth_token_file: str = setting("", "a file holding the shared-secret bearer token (or env "
+                                   "ATTNSERVE_AUTH_TOKEN; never a flag)")
+    admin_without_token: bool = setting(
+        False, "admin RPCs (ReloadModel) answer PERMISSION_DENIED unless a bearer token is configured (then "
+        "they need it, like every call) or this opens them explicitly, for a server only trusted callers can "
+        "reach: anyone who reaches the port could otherwise switch the served version")
+    workers: int = setting(
+        0, "server processes on the one pair of ports (SO_REUSEPORT), each with its own event loop and "
+        "engines, under a supervisor (service/supervisor.py): one interpreter lock per process, so the "
+        "transport and the engine of different calls run on different cores. 0 = one per core the process may "
+        "run on; 1 = the single process, no supervisor (docs/operations.md#worker-processes)")
+    pin_workers: bool = setting(
+        True, "with a worker per core and the cores its own (worker_core), each worker process runs on the core "
+        "its number names, its event loop, engine and gRPC threads together: a thread woken for a call finds "
+        "the model's weights and the call's data in that core's cache. false, or an onnxruntime pool of several "
+        "threads (intra_op_threads): the OS places every thread")
 
     def __post_init__(self):
         if not 0 <= self.port <= 65535:
@@ -147,30 +149,30 @@ BATCHING_MODES = ("continuous", "request")
 class BatcherConfig:
     """Scheduling (service/scheduling/batcher.py): the queue, admission and how batches are formed."""
 
-    # request: whole batches, greedy-decoded in one ONNX Loop call; continuous: sequences join and
-    # leave between decoder steps. `make bench` compares the two (docs/performance.md).
-    mode: str = "request"
-    max_batch_size: int = 64  # sources decoded together
-    # Request mode: how long a first arrival waits for company. Batches run one at a time, so under
-    # load arrivals gather while the engine is busy anyway, and an idle engine should not wait.
-    max_wait_ms: float = 0.0
-    # Request mode: when each of the last two batches had company (several sources), a first arrival
-    # waits up to this long for as many sources as the smaller had: the callers just answered are
-    # likely back within a round trip, and without the wait each batch takes only those who queued
-    # while the engine ran. A lone caller's batches have no company, so it never waits.
-    company_wait_ms: float = 0.0
-    # Continuous mode: while sequences decode, new arrivals may wait up to this long to join together,
-    # so one encoder run serves several (an idle engine admits at once); rows waiting do not decode.
-    max_join_wait_ms: float = 0.0
-    # Request mode: a batch is decoded as length-sorted groups, shortest first, each answered as it
-    # ends, where a cost model says the smaller batches cost less than the steps of rows that had
-    # ended (service/scheduling/lengths.py): a greedy batch runs until its longest row ends.
-    # false: every batch is decoded as it was popped (`python -m bench.lengths` compares).
-    length_grouping: bool = True
-    max_queue_size: int = 4096  # queued sources; beyond it new requests are refused (the bound on memory)
-    # The queue's bound in time (service/scheduling/admission.py): a call whose expected wait, at the measured
-    # service rate, exceeds this (or its own deadline) is refused at once. 0 = only deadlines bound it.
-    max_queue_wait_ms: float = 2000.0
+    mode: str = setting("request", "request: whole batches, greedy-decoded in one ONNX Loop call; continuous: "
+                        "sequences join and leave between decoder steps. `make bench` compares the two "
+                        "(docs/performance.md)", choices=BATCHING_MODES)
+    max_batch_size: int = setting(64, "sources decoded together")
+    max_wait_ms: float = setting(0.0, "request mode: how long a first arrival waits for company. Batches run one "
+                                 "at a time, so under load arrivals gather while the engine is busy anyway, and an "
+                                 "idle engine should not wait")
+    company_wait_ms: float = setting(
+        0.0, "request mode: when each of the last two batches had company (several sources), a first arrival "
+        "waits up to this long for as many sources as the smaller had: the callers just answered are likely back "
+        "within a round trip, and without the wait each batch takes only those who queued while the engine ran. "
+        "A lone caller's batches have no company, so it never waits")
+    max_join_wait_ms: float = setting(
+        0.0, "continuous mode: while sequences decode, new arrivals may wait up to this long to join together, so "
+        "one encoder run serves several (an idle engine admits at once); rows waiting do not decode")
+    length_grouping: bool = setting(
+        True, "request mode: a batch is decoded as length-sorted groups, shortest first, each answered as it ends, "
+        "where a cost model says the smaller batches cost less than the steps of rows that had ended "
+        "(service/scheduling/lengths.py): a greedy batch runs until its longest row ends. false: every batch is "
+        "decoded as it was popped (`python -m bench.lengths` compares)")
+    max_queue_size: int = setting(4096, "queued sources; beyond it new requests are refused (the bound on memory)")
+    max_queue_wait_ms: float = setting(
+        2000.0, "the queue's bound in time (service/scheduling/admission.py): a call whose expected wait, at the "
+        "measured service rate, exceeds this (or its own deadline) is refused at once. 0 = only deadlines bound it")
 
     def __post_init__(self):
         if self.mode not in BATCHING_MODES:
@@ -193,12 +195,12 @@ class BatcherConfig:
 class AnswerConfig:
     """Answering (service/answering/answerer.py): what a call is answered with before the model."""
 
-    # Answers kept per model version (service/answering/cache.py), keyed by the tokenized input and
-    # every option; emptied when the overrides change. 0 = no cache.
-    cache_entries: int = 20000
-    # Answer an input the bundle's lexicon or the model's overrides have from them (forced through
-    # the model for score and attention); false: every input is decoded (a request can also bypass).
-    lexicon: bool = True
+    cache_entries: int = setting(20000, "answers kept per model version (service/answering/cache.py), keyed by "
+                                 "the tokenized input and every option; emptied when the overrides change. 0 = no "
+                                 "cache")
+    lexicon: bool = setting(True, "answer an input the bundle's lexicon or the model's overrides have from them "
+                            "(forced through the model for score and attention); false: every input is decoded (a "
+                            "request can also bypass)")
 
     def __post_init__(self):
         if self.cache_entries < 0:
@@ -209,19 +211,20 @@ class AnswerConfig:
 class EngineConfig:
     """The engine (service/engine/engine.py): onnxruntime and the decoding limits."""
 
-    # The process's onnxruntime intra-op pool (0 = one thread per physical core). 1 by default so
-    # that the gRPC transport keeps a core of its own on a small machine: with the engine on every
-    # core the event loop falls behind the arrivals past capacity (`make overload` measures both).
-    intra_op_threads: int = 1
-    max_output_len: int = 40  # hard cap on decoder steps per sequence
-    # fp32 | int8 (the bundle's per-row int8 graphs, `make quantize`) | auto: int8 when the bundle
-    # has it, its dev WER is within INT8_WER_TOLERANCE of fp32's, make quantize found its answers
-    # independent of the batch and it no slower than fp32 (a lone word and a full batch), else fp32
-    # (service/engine/engine.py served_precision)
-    precision: str = "auto"
-    # How decode() (request-level batching) runs greedy steps: "onnx" in one call to an ONNX Loop
-    # around the decoder-step graph (service/engine/loop_graph.py), "python" one call per step.
-    greedy_loop: str = "onnx"
+    intra_op_threads: int = setting(
+        1, "the process's onnxruntime intra-op pool (0 = one thread per physical core). 1 by default so that the "
+        "gRPC transport keeps a core of its own on a small machine: with the engine on every core the event loop "
+        "falls behind the arrivals past capacity (`make overload` measures both)")
+    max_output_len: int = setting(40, "hard cap on decoder steps per sequence")
+    precision: str = setting(
+        "auto", "fp32 | int8 (the bundle's per-row int8 graphs, `make quantize`) | auto: int8 when the bundle has "
+        "it, its dev WER is within INT8_WER_TOLERANCE of fp32's, make quantize found its answers independent of "
+        "the batch and it no slower than fp32 (a lone word and a full batch), else fp32 "
+        "(service/engine/engine.py served_precision)", choices=("auto", "fp32", "int8"))
+    greedy_loop: str = setting(
+        "onnx", "how decode() (request-level batching) runs greedy steps: onnx in one call to an ONNX Loop around "
+        "the decoder-step graph (service/engine/loop_graph.py), python one call per step",
+        choices=("onnx", "python"))
 
     def __post_init__(self):
         if self.precision not in ("auto", "fp32", "int8"):
@@ -238,13 +241,13 @@ class EngineConfig:
 class RepositoryConfig:
     """The repository (service/repository/): which version of the model directory (`models/<name>/<version>/`) is served."""
 
-    model_version: str = ""  # pin a version directory; "" = the highest numeric version
-    model_poll_s: float = 0.0  # look for a newer version this often and hot-reload it; 0 = off
-    # models/<name>/overrides.tsv, a model's own words, is read at load, on ReloadModel and when this
-    # often its mtime has changed; 0 = only at load and on ReloadModel
-    overrides_poll_s: float = 2.0
-    # Where the overrides live instead, as <dir>/<model name>.tsv (a mounted Kubernetes ConfigMap); "" = beside the versions
-    overrides_dir: str = ""
+    model_version: str = setting("", "pin a version directory; \"\" = the highest numeric version")
+    model_poll_s: float = setting(0.0, "look for a newer version this often and hot-reload it; 0 = off")
+    overrides_poll_s: float = setting(2.0, "models/<name>/overrides.tsv, a model's own words, is read at load, on "
+                                      "ReloadModel and when this often its mtime has changed; 0 = only at load "
+                                      "and on ReloadModel")
+    overrides_dir: str = setting("", "where the overrides live instead, as <dir>/<model name>.tsv (a mounted "
+                                 "Kubernetes ConfigMap); \"\" = beside the versions")
 
     def __post_init__(self):
         if self.model_version and not (self.model_version.isascii() and self.model_version.isdigit()):
@@ -257,11 +260,10 @@ class RepositoryConfig:
 
 @dataclass(frozen=True)
 class Config:
-    # Every `<name>/<version>/` model under model_repository is served (service/repository/repository.py);
-    # model_dir, when set, serves that one model (a model directory or a bundle) instead.
-    model_repository: Path = Path("models")
-    model_dir: Path | None = None
-    default_model: str = ""  # the model a request without a model name gets; "" = the only one
+    model_repository: Path = setting(Path("models"), "serve every <name>/<version>/ model in this directory "
+                                     "(service/repository/repository.py)")
+    model_dir: Path | None = setting(None, "serve only this model directory or bundle instead")
+    default_model: str = setting("", "the model of requests that name none; \"\" = the only one")
     server: ServerConfig = field(default_factory=ServerConfig)
     answering: AnswerConfig = field(default_factory=AnswerConfig)
     batcher: BatcherConfig = field(default_factory=BatcherConfig)
@@ -271,62 +273,24 @@ class Config:
 
 SECTIONS = {"server": ServerConfig, "answering": AnswerConfig, "batcher": BatcherConfig, "engine": EngineConfig,
             "repository": RepositoryConfig}
-
-
-def _flag(name: str) -> str:
-    return "--" + name.replace("_", "-")
-
-
-def _bool(raw: str) -> bool:
-    """bool("false") is True: flags and environment variables spell booleans out."""
-    if raw.lower() in ("1", "true", "yes", "on"):
-        return True
-    if raw.lower() in ("0", "false", "no", "off"):
-        return False
-    raise ValueError(f"{raw!r} is not a boolean (true/false)")
-
-
-def _parser_of(default):
-    return _bool if isinstance(default, bool) else type(default)
+WHERE = ("model_repository", "model_dir")  # one or the other
 
 
 def parse_config(argv: list[str] | None = None, environ: dict[str, str] | None = None) -> Config:
     """Flags, then ATTNSERVE_* environment variables, then defaults."""
     environ = os.environ if environ is None else environ
-    p = argparse.ArgumentParser(prog="attnserve-server", description="Serve an attnserve model bundle over gRPC.")
-    where = p.add_mutually_exclusive_group()
-    where.add_argument("--model-repository", type=Path, help="serve every <name>/<version>/ model in this "
-                       "directory [env ATTNSERVE_MODEL_REPOSITORY, default models]")
-    where.add_argument("--model-dir", type=Path, help="serve only this model directory or bundle "
-                       "[env ATTNSERVE_MODEL_DIR]")
-    p.add_argument("--default-model", help="the model of requests that name none [env ATTNSERVE_DEFAULT_MODEL, "
-                   "default: the only model]")
+    p = ArgumentParser(prog="attnserve-server", description="Serve an attnserve model bundle over gRPC.")
+    add_fields(p.add_mutually_exclusive_group(), Config, env_prefix=ENV_PREFIX, skip=("default_model", *SECTIONS))
+    add_fields(p, Config, env_prefix=ENV_PREFIX, skip=(*WHERE, *SECTIONS))
     for section, cls in SECTIONS.items():
-        group = p.add_argument_group(section)
-        for f in fields(cls):
-            group.add_argument(_flag(f.name), type=_parser_of(f.default), dest=f"{section}.{f.name}",
-                               help=f"[env {ENV_PREFIX}{f.name.upper()}, default {f.default}]")
-    args = vars(p.parse_args(argv))
-
-    def value(key: str, name: str, default):
-        if args.get(key) is not None:
-            return args[key]
-        raw = environ.get(ENV_PREFIX + name.upper())
-        if raw is None:
-            return default
-        try:
-            return _parser_of(default)(raw)
-        except ValueError:
-            raise SystemExit(f"{ENV_PREFIX}{name.upper()}={raw!r} is not a valid {type(default).__name__}")
-
+        add_fields(p.add_argument_group(section, cls.__doc__), cls, env_prefix=ENV_PREFIX, dest_prefix=f"{section}.")
+    given = vars(p.parse_args(argv))
     try:
-        built = {section: cls(**{f.name: value(f"{section}.{f.name}", f.name, f.default) for f in fields(cls)})
+        top = values(Config, given, environ=environ, env_prefix=ENV_PREFIX, skip=tuple(SECTIONS))
+        if "model_repository" in given and "model_dir" not in given:
+            top.pop("model_dir", None)  # a --model-repository flag wins over ATTNSERVE_MODEL_DIR
+        built = {section: cls(**values(cls, given, dest_prefix=f"{section}.", environ=environ, env_prefix=ENV_PREFIX))
                  for section, cls in SECTIONS.items()}
+        return Config(**top, **built)
     except ValueError as e:
         p.error(str(e))
-    model_dir = value("model_dir", "model_dir", "")
-    repository = value("model_repository", "model_repository", str(Config.model_repository))
-    if args.get("model_repository") is not None and model_dir and args.get("model_dir") is None:
-        model_dir = ""  # a --model-repository flag wins over ATTNSERVE_MODEL_DIR
-    return Config(model_repository=Path(repository), model_dir=Path(model_dir) if model_dir else None,
-                  default_model=value("default_model", "default_model", ""), **built)

@@ -84,3 +84,107 @@ def test_a_worker_runs_on_its_own_core_only_where_the_cores_are_its_own():
     assert worker_core(1, 2, cores=list(range(64)), usable=2) == -1  # a quota on a shared node: no core is its own
     assert worker_core(0, 3, cores=[0, 1], usable=2) == -1  # more workers than cores
     assert worker_core(0, 1, cores=[0, 1], usable=2) == -1  # one process on two cores
+
+
+def refusal(parse, argv, capsys) -> str:
+    """What a parser says when it refuses `argv`: exit status 2 (argparse's), and the message it exits with
+    is the one it prints."""
+    with pytest.raises(SystemExit) as refused:
+        parse(argv)
+    assert refused.value.code == 2
+    err = capsys.readouterr().err
+    assert f"error: {refused.value}" in err, err
+    return str(refused.value)
+
+
+def test_a_mistyped_value_is_refused_the_same_way_by_the_server_and_by_training(capsys):
+    from training.train import parse_args
+
+    train = ["--corpus", "tsv", "--tsv", "x.tsv", "--out", "run"]
+    server = lambda argv: parse_config(argv, {})  # noqa: E731
+    boolean = "is not a boolean (true/false, yes/no, on/off, 1/0)"
+    assert refusal(server, ["--lexicon", "ture"], capsys) == f"--lexicon='ture' {boolean}"
+    assert refusal(parse_args, [*train, "--save-last", "ture"], capsys) == f"--save-last='ture' {boolean}"
+    assert refusal(lambda a: parse_config(a, {"ATTNSERVE_LEXICON": "ture"}), [], capsys) == (
+        f"ATTNSERVE_LEXICON='ture' {boolean}")
+    assert refusal(server, ["--max-batch-size", "2.5"], capsys) == "--max-batch-size='2.5' is not an integer"
+    assert refusal(parse_args, [*train, "--batch-size", "2.5"], capsys) == "--batch-size='2.5' is not an integer"
+    assert refusal(server, ["--max-wait-ms", "soon"], capsys) == "--max-wait-ms='soon' is not a number"
+    assert refusal(parse_args, [*train, "--lr", "fast"], capsys) == "--lr='fast' is not a number"
+    assert refusal(server, ["--mode", "eager"], capsys) == "--mode='eager' is not one of continuous, request"
+    assert refusal(parse_args, [*train, "--cell", "gpt"], capsys) == "--cell='gpt' is not one of rnn, gru, lstm"
+    # and a value of the right type that its config refuses, checked when built
+    assert refusal(server, ["--max-batch-size", "0"], capsys) == "max_batch_size must be >= 1, got 0"
+    assert refusal(parse_args, [*train, "--hidden-size", "7"], capsys) == (
+        "hidden_size must be even for a bidirectional encoder, got 7")
+    assert refusal(parse_args, [*train, "--max-epochs", "0"], capsys) == "max_epochs must be >= 1, got 0"
+    # the other training programs read their flags the same way
+    evaluate, _ = programs("evaluate")
+    assert refusal(evaluate, ["--bundle", "b", "--batch", "ten"], capsys) == "--batch='ten' is not an integer"
+    assert refusal(evaluate, ["--bundle", "b", "--split", "val"], capsys) == (
+        "--split='val' is not one of train, dev, test")
+
+
+def test_booleans_are_spelled_out_alike_everywhere():
+    from training.train import parse_args
+
+    train = ["--corpus", "tsv", "--tsv", "x.tsv", "--out", "run"]
+    for raw, value in (("true", True), ("Yes", True), ("on", True), ("1", True),
+                       ("false", False), ("NO", False), ("off", False), ("0", False)):
+        assert parse_config(["--lexicon", raw], {}).answering.lexicon is value
+        assert parse_config([], {"ATTNSERVE_LENGTH_GROUPING": raw}).batcher.length_grouping is value
+        assert parse_args([*train, "--bidirectional", raw]).bidirectional is value
+    assert parse_args(train).keep_stress is False and parse_args([*train, "--keep-stress"]).keep_stress is True
+
+
+def programs(name: str):
+    """A program's parser (a function of argv) and the config classes whose fields are its flags."""
+    import importlib
+
+    from service.config import SECTIONS, Config
+
+    if name == "server":
+        return (lambda a: parse_config(a, {})), [Config, *SECTIONS.values()]
+    if name == "train":
+        from training.model import ModelConfig
+        from training.train import RunConfig, TrainConfig, parse_args
+        return parse_args, [RunConfig, ModelConfig, TrainConfig]
+    module = importlib.import_module(f"training.{name}")
+    cls = {"evaluate": "EvalConfig", "export": "ExportConfig", "quantize": "QuantizeConfig",
+           "distill": "DistillConfig"}[name]
+    return module.main, [getattr(module, cls)]
+
+
+@pytest.mark.parametrize("program", ["server", "train", "evaluate", "export", "quantize", "distill"])
+def test_help_shows_every_fields_documentation(program, capsys):
+    from dataclasses import fields
+
+    from attnserve.config import doc_of, flag_of
+    from service.config import SECTIONS
+
+    parse, classes = programs(program)
+    with pytest.raises(SystemExit):
+        parse(["--help"])
+    shown = "".join(capsys.readouterr().out.split())  # argparse wraps the lines, also after a hyphen
+    for cls in classes:
+        for f in fields(cls):
+            if f.name in SECTIONS or f.name.endswith("vocab_size"):
+                continue
+            assert doc_of(f), f"{cls.__name__}.{f.name} has no documentation"
+            assert flag_of(f.name) in shown and "".join(doc_of(f).split()) in shown, f.name
+    if program == "server":
+        assert "[envATTNSERVE_MAX_WAIT_MS,default0.0]" in shown
+    if program == "train":
+        assert "[default256]" in shown  # --batch-size
+
+
+def test_the_config_helper_is_the_standard_library_only():
+    """Training and the server both read flags through attnserve/config.py: it imports neither of them."""
+    import ast
+
+    import attnserve.config
+
+    tree = ast.parse(Path(attnserve.config.__file__).read_text())
+    names = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    names |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    assert names <= {"__future__", "argparse", "dataclasses", "sys", "types", "typing", "pathlib"}, names

@@ -17,11 +17,13 @@ them into training.
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
 import hashlib
 import json
 import time
 from pathlib import Path
 
+from attnserve.config import parse, setting
 from training.data import Pair, load_tsv, read_pairs, references
 from training.evaluate import engine_hyps, load_splits, source_text
 
@@ -72,17 +74,20 @@ def unlabeled_words(n: int, known: set[str]) -> list[str]:
     return out
 
 
+@dataclass(frozen=True)
+class DistillConfig:
+    bundle: str = setting(doc="the teacher: a bundle directory (an ensemble's, typically)")
+    out: Path = setting(doc="the targets file to write (TSV)")
+    beam_size: int = setting(1, "the teacher's beam; 1 = greedy")
+    precision: str = setting("fp32", "the teacher's graphs", choices=("fp32", "int8"))
+    keep_references: bool = setting(False, "training sources keep their references; the teacher labels only "
+                                    "--unlabeled-wordfreq words", switch=True)
+    unlabeled_wordfreq: int = setting(0, "add this many frequent English words the corpus lacks, labelled by the "
+                                      "teacher (Sun et al. 2019)")
+
+
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--bundle", required=True, help="the teacher: a bundle directory (an ensemble's, typically)")
-    p.add_argument("--out", type=Path, required=True, help="the targets file to write (TSV)")
-    p.add_argument("--beam-size", type=int, default=1, help="1 = greedy")
-    p.add_argument("--precision", choices=["fp32", "int8"], default="fp32")
-    p.add_argument("--keep-references", action="store_true",
-                   help="training sources keep their references; the teacher labels only --unlabeled-wordfreq words")
-    p.add_argument("--unlabeled-wordfreq", type=int, default=0, metavar="N",
-                   help="add N frequent English words the corpus lacks, labelled by the teacher (Sun et al. 2019)")
-    args = p.parse_args(argv)
+    args = parse(DistillConfig, argv, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     started = time.perf_counter()
     from service.engine.bundle import load_bundle
     from service.config import EngineConfig

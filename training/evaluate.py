@@ -16,6 +16,9 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from dataclasses import dataclass, fields
+
+from attnserve.config import ArgumentParser, add_fields, setting, values
 
 from training.data import load_described, read_lines, references, strip_stress
 from training.metrics import gold_wer, score
@@ -131,21 +134,39 @@ def manifest_of(args) -> dict:
     return json.loads(info.manifest_json)
 
 
+@dataclass(frozen=True)
+class EvalConfig:
+    server: str | None = setting(None, "host:port of a running attnserve server")  # or --bundle
+    bundle: str | None = setting(None, "a bundle directory, decoded in-process")
+    model: str = setting("", "with --server: the model to score (default: the server's default)")
+    split: str = setting("test", "the manifest's split to score", choices=("train", "dev", "test"))
+    batch: int = setting(64, "inputs per request")
+    timeout_s: float = setting(60.0, "with --server: the deadline of each request")
+    beam_size: int = setting(1, "1 = greedy")
+    length_penalty_alpha: float = setting(0.0, "the beam ranks a hypothesis by log_prob / length ** alpha; "
+                                          "0 = by log_prob")
+    precision: str = setting("fp32", "with --bundle: its graphs", choices=("fp32", "int8"))
+    gold: str | None = setting(None, "score this spelling<TAB>segments file (the SIGMORPHON scorer's WER) instead of "
+                               "the manifest's --split")
+
+
+WHERE = ("server", "bundle")  # one or the other
+
+
+def parse_args(argv=None) -> EvalConfig:
+    """EvalConfig from flags, --server and --bundle one or the other."""
+    p = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_fields(p.add_mutually_exclusive_group(required=True), EvalConfig,
+               skip=tuple(f.name for f in fields(EvalConfig) if f.name not in WHERE))
+    add_fields(p, EvalConfig, skip=WHERE)
+    try:
+        return EvalConfig(**values(EvalConfig, vars(p.parse_args(argv))))
+    except ValueError as e:
+        p.error(str(e))
+
+
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    where = p.add_mutually_exclusive_group(required=True)
-    where.add_argument("--server", help="host:port of a running attnserve server")
-    where.add_argument("--bundle", help="a bundle directory, decoded in-process")
-    p.add_argument("--model", default="", help="with --server: the model to score (default: the server's default)")
-    p.add_argument("--split", choices=["train", "dev", "test"], default="test")
-    p.add_argument("--batch", type=int, default=64, help="inputs per request")
-    p.add_argument("--timeout-s", type=float, default=60.0)
-    p.add_argument("--beam-size", type=int, default=1, help="1 = greedy")
-    p.add_argument("--length-penalty-alpha", type=float, default=0.0)
-    p.add_argument("--precision", choices=["fp32", "int8"], default="fp32", help="with --bundle")
-    p.add_argument("--gold", help="score this spelling<TAB>segments file (the SIGMORPHON scorer's WER) "
-                                  "instead of the manifest's --split")
-    args = p.parse_args(argv)
+    args = parse_args(argv)
     manifest = manifest_of(args)
     if args.gold:
         started = time.perf_counter()

@@ -15,6 +15,7 @@ and source length stay dynamic at sizes different from the export example.
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
 import json
 import platform
 import time
@@ -24,6 +25,7 @@ import numpy as np
 import torch
 import torch.nn as nn
 
+from attnserve.config import parse, setting
 from training.data import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Vocab, recorded_file, references
 from training.ensemble import Ensemble, check_members, held_out_data
 from training.evaluate import evaluate_engine, load_splits
@@ -321,15 +323,17 @@ def build_bundle(checkpoint: Path | list[Path], out: Path, name: str, version: s
     return manifest
 
 
+@dataclass(frozen=True)
+class ExportConfig:
+    checkpoint: list[Path] = setting(doc="a training checkpoint; several export their ensemble (training/ensemble.py)")
+    out: Path = setting(doc="bundle directory, models/<name>/<version>")
+    name: str | None = setting(None, "model name (default: the parent directory of --out)")
+    parity_words: int = setting(2000, "dev words the parity checks decode with PyTorch and with the graphs")
+    no_lexicon: bool = setting(False, "ship no lexicon: every input is decoded by the model", switch=True)
+
+
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--checkpoint", type=Path, nargs="+", required=True,
-                   help="a training checkpoint; several export their ensemble (training/ensemble.py)")
-    p.add_argument("--out", type=Path, required=True, help="bundle directory, models/<name>/<version>")
-    p.add_argument("--name", help="model name (default: the parent directory of --out)")
-    p.add_argument("--parity-words", type=int, default=2000)
-    p.add_argument("--no-lexicon", action="store_true", help="ship no lexicon: every input is decoded by the model")
-    args = p.parse_args(argv)
+    args = parse(ExportConfig, argv, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     name = args.name or args.out.parent.name
     manifest = build_bundle(args.checkpoint, args.out, name, args.out.name, args.parity_words,
                             lexicon=not args.no_lexicon)

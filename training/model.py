@@ -18,6 +18,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from attnserve.config import setting
 from training import hard_attention
 from training.data import BOS_ID, EOS_ID, PAD_ID
 from training.hard_attention import MASKED_SCORE, keep_top_k
@@ -35,21 +36,22 @@ OUTPUTS = ("context", "mixture", "monotonic")
 class ModelConfig:
     src_vocab_size: int
     tgt_vocab_size: int
-    cell: str = "lstm"  # rnn | gru | lstm
-    bidirectional: bool = True
-    enc_layers: int = 2
-    dec_layers: int = 1
-    emb_dim: int = 64
-    hidden_size: int = 256  # encoder output size (both directions together) = decoder size
-    attention: str = "general"  # dot | scaled_dot | general | additive | cosine | none
-    context: str = "init"  # attention "none" only: init | every_step
-    self_attention_heads: int = 0  # multi-head self-attention over the encoder states; 0 = off
-    # The output distribution: "context" reads one attentional vector made from the weighted sum of the
-    # source states (Luong et al. 2015); "mixture" mixes one distribution per source position by the
-    # attention weights, i.e. hard attention marginalized exactly (Wu et al. 2018, 0th order);
-    # "monotonic" mixes them too, by an alignment that only moves forward (Wu and Cotterell 2019, 1st order).
-    output: str = "context"
-    dropout: float = 0.2
+    cell: str = setting("lstm", "the recurrent cell of encoder and decoder", choices=tuple(CELLS))
+    bidirectional: bool = setting(True, "a bidirectional encoder")
+    enc_layers: int = setting(2, "encoder layers")
+    dec_layers: int = setting(1, "decoder layers")
+    emb_dim: int = setting(64, "embedding size of source and target tokens")
+    hidden_size: int = setting(256, "encoder output size (both directions together) = decoder size")
+    attention: str = setting("general", "the attention score; none: no attention", choices=ATTENTIONS)
+    context: str = setting("init", "attention none only: where the decoder sees the source, through its initial "
+                           "state only (init) or also as a fixed context fed at every step", choices=CONTEXTS)
+    self_attention_heads: int = setting(0, "multi-head self-attention over the encoder states; 0 = off")
+    output: str = setting(
+        "context", "the output distribution: context reads one attentional vector made from the weighted sum of "
+        "the source states (Luong et al. 2015); mixture mixes one distribution per source position by the "
+        "attention weights, i.e. hard attention marginalized exactly (Wu et al. 2018, 0th order); monotonic mixes "
+        "them too, by an alignment that only moves forward (Wu and Cotterell 2019, 1st order)", choices=OUTPUTS)
+    dropout: float = setting(0.2, "dropout probability")
 
     def __post_init__(self):
         if self.cell not in CELLS:

@@ -19,6 +19,7 @@ it is not the slower over the two (service/engine/engine.py). `--speed` times an
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
 import json
 import random
 import subprocess
@@ -29,6 +30,7 @@ from pathlib import Path
 import onnx
 from onnxruntime.quantization import QuantType, quantize_dynamic
 
+from attnserve.config import parse, setting
 from service.config import EngineConfig
 from service.domain import DecodeOptions
 from service.engine.beam import beam_search
@@ -141,12 +143,15 @@ def quantize_bundle(path: Path, method: str = "rowwise", check_words: int = 300)
     return load_bundle(bundle.path).manifest
 
 
+@dataclass(frozen=True)
+class QuantizeConfig:
+    bundle: Path = setting(doc="the bundle to quantize: models/<name>/<version>")
+    method: str = setting("rowwise", "how the int8 graphs are made", choices=tuple(sorted(METHODS)))
+    speed: bool = setting(False, "only time a quantized bundle in both precisions again", switch=True)
+
+
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--bundle", type=Path, required=True, help="models/<name>/<version>")
-    p.add_argument("--method", choices=sorted(METHODS), default="rowwise")
-    p.add_argument("--speed", action="store_true", help="only time a quantized bundle in both precisions again")
-    args = p.parse_args(argv)
+    args = parse(QuantizeConfig, argv, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     manifest = record_speed(args.bundle) if args.speed else quantize_bundle(args.bundle, args.method)
     print(json.dumps({"fp32": manifest.get("metrics"), "int8": manifest["int8"]}, indent=2))
 

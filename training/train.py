@@ -27,13 +27,14 @@ import json
 import math
 import random
 import time
-from dataclasses import dataclass, asdict
+from dataclasses import dataclass, asdict, fields
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
+from attnserve.config import ArgumentParser, add_fields, setting, values
 from training.data import (BOS_ID, EOS_ID, PAD_ID, CMUDICT_FILTER_RULE, GIVEN_SPLIT_RULE, SPLIT_RULE, Pair, Vocab,
                            file_record, load_cmudict, load_given, load_tsv, references)
 from training.distill import load_train_targets
@@ -46,31 +47,32 @@ from training import distributed
 
 @dataclass(frozen=True)
 class TrainConfig:
-    batch_size: int = 256
-    lr: float = 3e-3
-    lr_decay: float = 0.5  # multiply lr by this when dev WER does not improve
-    epoch_lr_decay: float = 1.0  # and by this after every epoch (1 = off)
-    min_lr: float = 1e-4
-    # plateau: the two decays above, after each epoch. cosine: linear warmup over warmup_steps, then
-    # lr falls along a half cosine to min_lr at the last step of max_epochs, step by step, whatever dev
-    # does (the decays above are then unused): a small corpus keeps learning for every epoch it is given.
-    # With max_minutes, the last step is the one the time budget is projected to reach if that is
-    # sooner (re-projected after each epoch), so a run cut short by time still ends at a low rate.
-    lr_schedule: str = "plateau"
-    warmup_steps: int = 0
-    clip_grad_norm: float = 1.0
-    label_smoothing: float = 0.1
-    max_epochs: int = 40
-    patience_epochs: int = 4  # stop after this many epochs without a better dev WER
-    max_minutes: float = 0.0  # wall-clock budget, 0 = none; checked after each epoch...
-    stop_mid_epoch: bool = False  # ...and after each step (report.py: an equal budget for every variant)
-    max_output_len: int = 40
-    # Also write the final epoch's weights to last.pt (the end of a cosine schedule, chosen by no dev
-    # figure) beside best.pt, the epoch of the lowest dev WER, which on a small dev set is a noisy pick.
-    save_last: bool = False
-    seed: int = 1
-    threads: int = 0  # torch intra-op threads, 0 = torch's default
-    device: str = "auto"  # auto (cuda when there is one) | cpu | cuda
+    batch_size: int = setting(256, "sources per step (per rank)")
+    lr: float = setting(3e-3, "the learning rate (Adam)")
+    lr_decay: float = setting(0.5, "plateau: multiply lr by this when dev WER does not improve")
+    epoch_lr_decay: float = setting(1.0, "plateau: and by this after every epoch (1 = off)")
+    min_lr: float = setting(1e-4, "the learning rate never falls below this")
+    lr_schedule: str = setting(
+        "plateau", "plateau: the two decays above, after each epoch. cosine: linear warmup over warmup_steps, then "
+        "lr falls along a half cosine to min_lr at the last step of max_epochs, step by step, whatever dev does "
+        "(the decays above are then unused): a small corpus keeps learning for every epoch it is given. With "
+        "max_minutes, the last step is the one the time budget is projected to reach if that is sooner "
+        "(re-projected after each epoch), so a run cut short by time still ends at a low rate",
+        choices=("plateau", "cosine"))
+    warmup_steps: int = setting(0, "cosine: steps of linear warmup")
+    clip_grad_norm: float = setting(1.0, "gradients are clipped to this norm")
+    label_smoothing: float = setting(0.1, "label smoothing of the cross-entropy")
+    max_epochs: int = setting(40, "epochs at most")
+    patience_epochs: int = setting(4, "stop after this many epochs without a better dev WER")
+    max_minutes: float = setting(0.0, "wall-clock budget, 0 = none; checked after each epoch...")
+    stop_mid_epoch: bool = setting(False, "...and after each step (report.py: an equal budget for every variant)")
+    max_output_len: int = setting(40, "cap on output tokens when decoding dev")
+    save_last: bool = setting(
+        False, "also write the final epoch's weights to last.pt (the end of a cosine schedule, chosen by no dev "
+        "figure) beside best.pt, the epoch of the lowest dev WER, which on a small dev set is a noisy pick")
+    seed: int = setting(1, "seeds torch and the batch order")
+    threads: int = setting(0, "torch intra-op threads, 0 = torch's default")
+    device: str = setting("auto", "auto: cuda when there is one", choices=("auto", "cpu", "cuda"))
 
     def __post_init__(self):
         for name in ("batch_size", "max_epochs", "patience_epochs", "max_output_len"):
@@ -329,63 +331,73 @@ def save_checkpoint(model, cfg, tcfg, data_desc, src_vocab, tgt_vocab, epoch, de
                 "replicas": {"world_size": dist.world_size, "weights_sha256": digests}}, out / name)
 
 
-def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--corpus", choices=["cmudict", "tsv"], default="cmudict")
-    p.add_argument("--tsv", type=Path, help="source<TAB>target file for --corpus tsv, hash-split 90/5/5")
-    p.add_argument("--train-tsv", type=Path, help="--corpus tsv with given splits: the training file...")
-    p.add_argument("--dev-tsv", type=Path, help="...the dev file (early stopping)...")
-    p.add_argument("--test-tsv", type=Path, help="...and the test file (optional; never read in training)")
-    p.add_argument("--src-tokens", choices=["chars", "words"], default="chars")
-    p.add_argument("--source-form", choices=["as-written", "nfd"], default="as-written",
-                   help="given splits: nfd decomposes each source (Hangul syllables into their jamo, so an "
-                        "unseen syllable is letters the model has seen); the server does the same to inputs")
-    p.add_argument("--tgt-tokens", choices=["chars", "words"], default="words")
-    p.add_argument("--keep-stress", action="store_true", help="keep CMUdict stress digits")
-    p.add_argument("--out", type=Path, required=True)
-    p.add_argument("--init-from", type=Path, help="continue from this checkpoint (its model config is used)")
-    p.add_argument("--init-vocab", choices=["same", "by-symbol"], default="same",
-                   help="same: --init-from's vocabularies must be this corpus's; by-symbol: a checkpoint trained on "
-                   "other data, whose shared symbols carry their embedding and output rows over")
-    p.add_argument("--train-targets", type=Path, help="source<TAB>target file replacing the training pairs: "
-                   "a teacher's outputs (python -m training.distill); dev and test keep their references")
-    p.add_argument("--source-hints", type=Path,
-                   help="word<TAB>hint file (service/engine/hints.py): a word it has is read with its hint after it, "
-                   "in training and by the server (char sources only)")
-    p.add_argument("--train-on-dev", type=_true, default=False,
-                   help="given splits: the dev pairs train too, once every choice was made on dev without them; "
-                   "dev then picks nothing: export last.pt (--save-last true), the end of the schedule")
-    for field, default in ModelConfig.__dataclass_fields__.items():
-        if field.endswith("vocab_size"):
-            continue
-        _add_field(p, field, default.default)
-    for field, default in TrainConfig.__dataclass_fields__.items():
-        _add_field(p, field, default.default)
-    args = p.parse_args(argv)
-    given = [args.train_tsv, args.dev_tsv, args.test_tsv]
-    if args.corpus == "tsv" and bool(args.tsv) == bool(args.train_tsv or args.dev_tsv):
-        p.error("--corpus tsv needs --tsv FILE (hash-split) or --train-tsv and --dev-tsv (given splits), not both")
-    if args.corpus == "tsv" and not args.tsv and not (args.train_tsv and args.dev_tsv):
-        p.error("given splits need --train-tsv and --dev-tsv (--test-tsv optional)")
-    if args.corpus == "cmudict" and any(given + [args.tsv]):
-        p.error("--tsv, --train-tsv, --dev-tsv and --test-tsv are for --corpus tsv")
-    if args.train_on_dev and not (args.train_tsv and args.save_last):
+@dataclass(frozen=True, kw_only=True)
+class RunConfig:
+    """What a run learns from (training/data.py), what it starts from and where it writes."""
+
+    corpus: str = setting("cmudict", "the pronouncing dictionary (cmudict), or source<TAB>target files (tsv)",
+                          choices=("cmudict", "tsv"))
+    tsv: Path | None = setting(None, "source<TAB>target file for --corpus tsv, hash-split 90/5/5")
+    train_tsv: Path | None = setting(None, "--corpus tsv with given splits: the training file...")
+    dev_tsv: Path | None = setting(None, "...the dev file (early stopping)...")
+    test_tsv: Path | None = setting(None, "...and the test file (optional; never read in training)")
+    src_tokens: str = setting("chars", "a source is its characters or its space-separated words",
+                              choices=("chars", "words"))
+    source_form: str = setting("as-written", "given splits: nfd decomposes each source (Hangul syllables into "
+                               "their jamo, so an unseen syllable is letters the model has seen); the server does "
+                               "the same to inputs", choices=("as-written", "nfd"))
+    tgt_tokens: str = setting("words", "a target is its characters or its space-separated words",
+                              choices=("chars", "words"))
+    keep_stress: bool = setting(False, "keep CMUdict stress digits", switch=True)
+    out: Path = setting(doc="the run's directory: best.pt (last.pt), history.csv and history.png")
+    init_from: Path | None = setting(None, "continue from this checkpoint (its model config is used)")
+    init_vocab: str = setting("same", "same: --init-from's vocabularies must be this corpus's; by-symbol: a "
+                              "checkpoint trained on other data, whose shared symbols carry their embedding and "
+                              "output rows over", choices=("same", "by-symbol"))
+    train_targets: Path | None = setting(None, "source<TAB>target file replacing the training pairs: a teacher's "
+                                         "outputs (python -m training.distill); dev and test keep their references")
+    source_hints: Path | None = setting(None, "word<TAB>hint file (service/engine/hints.py): a word it has is read "
+                                        "with its hint after it, in training and by the server (char sources only)")
+    train_on_dev: bool = setting(False, "given splits: the dev pairs train too, once every choice was made on dev "
+                                 "without them; dev then picks nothing: export last.pt (--save-last true), the end "
+                                 "of the schedule")
+
+    def __post_init__(self):
+        given = [self.train_tsv, self.dev_tsv, self.test_tsv]
+        if self.corpus == "tsv" and bool(self.tsv) == bool(self.train_tsv or self.dev_tsv):
+            raise ValueError("--corpus tsv needs --tsv FILE (hash-split) or --train-tsv and --dev-tsv (given splits), "
+                             "not both")
+        if self.corpus == "tsv" and not self.tsv and not (self.train_tsv and self.dev_tsv):
+            raise ValueError("given splits need --train-tsv and --dev-tsv (--test-tsv optional)")
+        if self.corpus == "cmudict" and any(given + [self.tsv]):
+            raise ValueError("--tsv, --train-tsv, --dev-tsv and --test-tsv are for --corpus tsv")
+        if self.source_hints and self.src_tokens != "chars":
+            raise ValueError("--source-hints extends a word's characters: it needs --src-tokens chars")
+
+
+VOCAB_SIZES = ("src_vocab_size", "tgt_vocab_size")  # the data's, never a flag
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    """A flag per field of RunConfig, ModelConfig (but the vocabulary sizes) and TrainConfig, each config checked
+    as it is built here; one flat namespace of their fields."""
+    p = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_fields(p, RunConfig)
+    add_fields(p.add_argument_group("model", "the model (training/model.py ModelConfig)"), ModelConfig,
+               skip=VOCAB_SIZES)
+    add_fields(p.add_argument_group("training", "how it learns (TrainConfig)"), TrainConfig)
+    given = vars(p.parse_args(argv))
+    try:
+        run = RunConfig(**values(RunConfig, given))
+        # checked now with stand-in vocabulary sizes; train() builds it once the data gives them
+        model = ModelConfig(**dict.fromkeys(VOCAB_SIZES, 1), **values(ModelConfig, given, skip=VOCAB_SIZES))
+        tcfg = TrainConfig(**values(TrainConfig, given))
+    except ValueError as e:
+        p.error(str(e))
+    if run.train_on_dev and not (run.train_tsv and tcfg.save_last):
         p.error("--train-on-dev is for given splits (--train-tsv, --dev-tsv), with --save-last true")
-    if args.source_hints and args.src_tokens != "chars":
-        p.error("--source-hints extends a word's characters: it needs --src-tokens chars")
-    return args
-
-
-def _true(s: str) -> bool:
-    return s.lower() in ("1", "true", "yes")
-
-
-def _add_field(p: argparse.ArgumentParser, field: str, default):
-    flag = "--" + field.replace("_", "-")
-    if isinstance(default, bool):
-        p.add_argument(flag, type=_true, default=default)
-    else:
-        p.add_argument(flag, type=type(default), default=default)
+    model_fields = {f.name: getattr(model, f.name) for f in fields(ModelConfig) if f.name not in VOCAB_SIZES}
+    return argparse.Namespace(**asdict(run), **model_fields, **asdict(tcfg))
 
 
 def main(argv=None):

@@ -27,10 +27,9 @@ from rich.text import Text
 from attnserve.v1 import attnserve_pb2, attnserve_pb2_grpc
 from service.client.heatmap import attention_matrix, render_heatmap, result_to_dict, write_png  # noqa: F401 (API)
 from service.client import text
-from service.client.balancing import channel_options
-from service.transport.security import channel_credentials
+from service.client.connection import (DEFAULT_SERVER, add_connection_args, checked, open_channel,  # noqa: F401 (API)
+                                       rpc_kwargs)
 
-DEFAULT_SERVER = "localhost:50051"
 # Bulk conversion: inputs per Transduce call, and calls in flight at once (the server
 # batches concurrent calls together, so a few in flight keep its batches full).
 BULK_BATCH_SIZE, BULK_IN_FLIGHT = 64, 4
@@ -156,7 +155,7 @@ def _cmd_bulk(stub, args) -> int:
     refused = 0
     try:
         for text, r in transduce_bulk(stub, inputs, options, batch_size=args.batch_size,
-                                      in_flight=args.in_flight, rpc_kwargs=_rpc_kwargs(args), model=args.model):
+                                      in_flight=args.in_flight, rpc_kwargs=rpc_kwargs(args), model=args.model):
             if isinstance(r, BadInput):
                 refused += 1
                 print(f"{args.file if args.file != '-' else '<stdin>'}:{lines[r.index]}: {r.details}", file=sys.stderr)
@@ -183,7 +182,7 @@ def _cmd_transduce(stub, args) -> int:
         return _cmd_bulk(stub, args)
     options = _decode_options(args, return_attention=not args.no_attention)
     resp = stub.Transduce(attnserve_pb2.TransduceRequest(inputs=args.words, options=options, model_name=args.model),
-                          **_rpc_kwargs(args))
+                          **rpc_kwargs(args))
     if len(resp.results) != len(args.words):
         raise ValueError(f"server returned {len(resp.results)} results for {len(args.words)} inputs")
     items = list(zip(args.words, resp.results))
@@ -214,7 +213,7 @@ def _cmd_score(stub, args) -> int:
     alignment of each given output."""
     resp = stub.Score(attnserve_pb2.ScoreRequest(
         items=[attnserve_pb2.ScoreItem(source=args.source, candidates=args.candidates)], model_name=args.model,
-        return_attention=not args.no_attention), **_rpc_kwargs(args))
+        return_attention=not args.no_attention), **rpc_kwargs(args))
     scored = list(resp.results[0].candidates)
     if args.json:
         doc = {"model": {"name": resp.model_name, "version": resp.model_version},
@@ -242,7 +241,7 @@ def _json_or_text(s: str):
 
 
 def _cmd_info(stub, args) -> int:
-    info = stub.GetModelInfo(attnserve_pb2.GetModelInfoRequest(model_name=args.model), **_rpc_kwargs(args))
+    info = stub.GetModelInfo(attnserve_pb2.GetModelInfoRequest(model_name=args.model), **rpc_kwargs(args))
     metrics = dict(sorted(info.metrics.items()))
     if args.json:
         doc = {"name": info.name, "version": info.version, "precision": info.precision, "metrics": metrics,
@@ -257,7 +256,7 @@ def _cmd_info(stub, args) -> int:
 
 
 def _cmd_models(stub, args) -> int:
-    reply = stub.ListModels(attnserve_pb2.ListModelsRequest(), **_rpc_kwargs(args))
+    reply = stub.ListModels(attnserve_pb2.ListModelsRequest(), **rpc_kwargs(args))
     if args.json:
         print(json.dumps([{"name": m.name, "versions": list(m.versions), "served_version": m.served_version,
                            "state": m.state, "reason": m.reason, "default": m.is_default} for m in reply.models],
@@ -271,59 +270,14 @@ def _cmd_models(stub, args) -> int:
     return 0
 
 
-def _checked(kind, ok, what):
-    def parse(s: str):
-        v = kind(s)
-        if not ok(v):
-            raise argparse.ArgumentTypeError(f"must be {what}, got {s}")
-        return v
-    return parse
-
-
-def _add_connection_args(p: argparse.ArgumentParser) -> None:
-    """Where and how to reach the server: every subcommand gets these (TLS and auth flags belong here too)."""
-    g = p.add_argument_group("connection")
-    # Read at call time, not import time, so the environment of each run counts.
-    g.add_argument("--server", default=os.environ.get("ATTNSERVE_SERVER") or DEFAULT_SERVER,
-                   help="host:port of the server, or a gRPC target with several replicas, e.g. "
-                        "dns:///attnserve-headless.default.svc.cluster.local:50051 "
-                        "(default: $ATTNSERVE_SERVER or %(default)s)")
-    g.add_argument("--timeout-s", type=_checked(float, lambda v: v > 0, "> 0"), default=10.0,
-                   help="deadline of each RPC (default: %(default)s)")
-    g.add_argument("--tls-ca-file", default="", metavar="PEM",
-                   help="connect with TLS, trusting this CA (TLS with the system roots: give only --tls-cert-file)")
-    g.add_argument("--tls-cert-file", default="", metavar="PEM", help="client certificate for mutual TLS")
-    g.add_argument("--tls-key-file", default="", metavar="PEM", help="the client certificate's private key")
-    # The environment is the better place for a secret: command lines show in `ps`.
-    g.add_argument("--token", default=os.environ.get("ATTNSERVE_AUTH_TOKEN", ""),
-                   help="bearer token the server asks for (default: $ATTNSERVE_AUTH_TOKEN); without TLS it is "
-                        "only sent to a server on this machine")
-
-
-def open_channel(args) -> grpc.Channel:
-    """The one place the CLI makes its channel."""
-    creds = channel_credentials(args.tls_ca_file, args.tls_cert_file, args.tls_key_file, args.token)
-    # Round robin over every address the target resolves to, with health checks and retries on
-    # UNAVAILABLE (service/client/balancing.py): `--server dns:///attnserve-headless...:50051` spreads calls.
-    options = channel_options()
-    if creds is None:
-        return grpc.insecure_channel(args.server, options=options)
-    return grpc.secure_channel(args.server, creds, options=options)
-
-
-def _rpc_kwargs(args) -> dict:
-    """Keyword arguments of every RPC the CLI makes (the deadline; per-call metadata would go here)."""
-    return {"timeout": args.timeout_s}
-
-
 def _build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
-    _add_connection_args(common)
+    add_connection_args(common)
     common.add_argument("--model", default="", metavar="NAME",
                         help="the model to ask (default: the server's default model; `models` lists them)")
     common.add_argument("--json", action="store_true",
                         help="print JSON (one document; with --file, one object per line) instead of the terminal view")
-    positive = _checked(int, lambda v: v >= 1, ">= 1")
+    positive = checked(int, lambda v: v >= 1, ">= 1")
 
     parser = argparse.ArgumentParser(prog="attnserve-client", description="Query an attnserve server.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -342,7 +296,7 @@ def _build_parser() -> argparse.ArgumentParser:
                           help="beam search width (default: greedy, or K with --n-best K)")
     decoding.add_argument("--n-best", type=positive, default=1, metavar="K",
                           help="show the K best hypotheses with their scores (needs a beam of at least K)")
-    decoding.add_argument("--max-output-len", type=_checked(int, lambda v: v >= 0, ">= 0"), default=0, metavar="N",
+    decoding.add_argument("--max-output-len", type=checked(int, lambda v: v >= 0, ">= 0"), default=0, metavar="N",
                           help="cap on output tokens (0: the server's limit)")
     t.add_argument("--png", metavar="FILE", help="also write the heat maps as one PNG image")
     t.add_argument("--no-attention", action="store_true", help="do not request the attention weights")

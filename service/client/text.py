@@ -23,6 +23,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.text import Text
 
 from attnserve.v1 import attnserve_pb2 as pb
+from service.client.connection import rpc_kwargs
 
 TEXT_BATCH_SIZE, TEXT_IN_FLIGHT = 8, 4
 KIND_NAME = {pb.TOKEN_KIND_WORD: "word", pb.TOKEN_KIND_NUMBER: "number", pb.TOKEN_KIND_ABBREVIATION: "abbreviation",
@@ -129,12 +130,10 @@ def _show(console: Console, text: str, r) -> None:
 
 
 def cmd_text(stub, args) -> int:
-    from service.client.client import _rpc_kwargs  # the CLI's one deadline per call
-
-    rpc_kwargs = _rpc_kwargs(args)
+    call_kwargs = rpc_kwargs(args)  # the CLI's one deadline per call
     if args.file is None:
         resp = stub.TransduceText(pb.TransduceTextRequest(texts=args.texts, options=_options(args, args.json),
-                                                          model_name=args.model), **rpc_kwargs)
+                                                          model_name=args.model), **call_kwargs)
         if args.json:
             print(json.dumps({"model": {"name": resp.model_name, "version": resp.model_version},
                               "results": [MessageToDict(r) for r in resp.results]}, indent=2, ensure_ascii=False))
@@ -147,7 +146,7 @@ def cmd_text(stub, args) -> int:
     texts, lines = _read_lines(args.file)
     refused = 0
     try:
-        for text, r in _bulk(stub, texts, _options(args, False), args, rpc_kwargs):
+        for text, r in _bulk(stub, texts, _options(args, False), args, call_kwargs):
             if isinstance(r, str):
                 refused += 1
                 print(f"{args.file if args.file != '-' else '<stdin>'}:{lines[texts.index(text)]}: {r}", file=sys.stderr)
