@@ -2,6 +2,7 @@
 deadlines, faults, cancellation, the response cache. Continuous batching: test_continuous.py;
 length groups: test_lengths.py."""
 import asyncio
+import inspect
 
 import pytest
 
@@ -9,6 +10,9 @@ from service.answering.answerer import Answerer
 from service.config import BatcherConfig
 from service.domain import DeadlineExpired, DecodeOptions, InvalidInput, NotReady, Overloaded
 from service.metrics import Metrics
+from service.scheduling.batcher import Batcher, make_batcher
+from service.scheduling.continuous import ContinuousBatcher
+from service.scheduling.request import RequestBatcher
 from tests.batching import HOLD_S, Clock, FakeEngine, answering, one_pass, refused_at_once, started
 
 
@@ -186,6 +190,13 @@ async def test_cancelled_callers_are_dropped_from_the_queue():
     assert r.output_tokens == list("AFTER")
     assert ["doomed"] not in engine.batches
     await b.batcher.stop()
+
+
+@pytest.mark.parametrize("mode,cls", [("request", RequestBatcher), ("continuous", ContinuousBatcher)])
+def test_each_mode_is_a_batcher_with_the_one_submit(mode, cls):
+    b = make_batcher(FakeEngine(), BatcherConfig(mode=mode), Metrics().for_model("m"))
+    assert type(b) is cls and isinstance(b, Batcher) and not b.running
+    assert inspect.signature(cls.submit) == inspect.signature(Batcher.submit)
 
 
 async def test_empty_after_tokenization_is_invalid_and_not_ready_before_start():

@@ -17,7 +17,7 @@ one clock, time.perf_counter unless a test passes its own to drive time.
 """
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from service.config import BatcherConfig
 from service.domain import Decoded, DecodeOptions
@@ -27,6 +27,7 @@ from service.scheduling.continuous import ContinuousBatcher
 from service.scheduling.request import RequestBatcher
 
 
+@runtime_checkable
 class Batcher(Protocol):
     """What the answering layer and the repository use of a batcher, whichever the mode."""
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Callable, Union
+from typing import Callable
 
 from service.config import BatcherConfig
 from service.domain import DeadlineExpired, Decoded, DecodeOptions, NotReady, Overloaded
@@ -34,7 +34,7 @@ class Request:
 
 
 # What a request is answered with: its hypotheses (best first), or the error its caller hears.
-Outcome = tuple[Request, Union[list[Decoded], Exception]]
+Outcome = tuple[Request, list[Decoded] | Exception]
 
 
 @dataclass
@@ -126,7 +126,10 @@ class Intake:
 
     def fail_queued(self) -> None:
         """On the event loop, once nothing pops any more: what is still queued fails with NotReady."""
-        resolve([(self.queue.popleft(), NotReady("server is shutting down")) for _ in range(len(self.queue))])
+        outcomes = []
+        while self.queue:
+            outcomes.append((self.queue.popleft(), NotReady("server is shutting down")))
+        resolve(outcomes)
         self.metrics.queue_depth.set(0)
 
 
