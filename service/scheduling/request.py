@@ -47,8 +47,8 @@ class RequestBatcher:
         self.engine = engine
         self.cfg = cfg
         self.metrics = metrics
-        # The wait for company (max_wait_ms) sleeps on the event loop for what is left on this clock.
         self.intake = Intake(cfg, metrics, clock)
+        # The wait for company (max_wait_ms) sleeps on the event loop for what is left on this clock.
         self._clock = clock
         self._arrived = asyncio.Event()
         self._task: asyncio.Task | None = None
