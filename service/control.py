@@ -73,8 +73,8 @@ class Lines:
 
 
 class WorkerLink:
-    """A worker's end of the channel: `fanout` is the repository's way to every worker (its
-    `fanout`), `run` applies what the supervisor says until it closes the channel."""
+    """A worker's end of the channel: `fanout` is the repository's way to every worker (given to
+    it at construction), `run` applies what the supervisor says until it closes the channel."""
 
     def __init__(self, lines: Lines):
         self.lines = lines

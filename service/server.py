@@ -31,7 +31,7 @@ from service.transport.http import HttpFront
 from service.transport.kserve import KServeServicer
 from service.metrics import Metrics
 from service.repository import heap
-from service.repository.repository import ModelRepository
+from service.repository.repository import Fanout, ModelRepository
 from service.transport.security import (AdminClosedInterceptor, BearerTokenInterceptor, SecurityError, load_auth_token,
                               server_credentials)
 from service.transport.servicer import SERVICE_NAME, TransducerServicer, handler
@@ -95,12 +95,13 @@ class AttnServer:
     """One server: gRPC transport, health, reflection, metrics endpoint, and the model repository
     (each model with its answerer, batcher and engine)."""
 
-    def __init__(self, cfg: Config, metrics: Metrics | None = None):
-        """Raises SecurityError when a TLS file or the auth token cannot be used."""
+    def __init__(self, cfg: Config, metrics: Metrics | None = None, fanout: Fanout | None = None):
+        """fanout: a worker process's way to every worker of its supervisor (service/control.py), None
+        for the whole server in one process. Raises SecurityError when a TLS file or the auth token
+        cannot be used."""
         self.cfg = cfg
         self.metrics = metrics or Metrics()
-        self.repository = ModelRepository(cfg, self.metrics)
-        self.repository.on_change.append(self._update_health)
+        self.repository = ModelRepository(cfg, self.metrics, on_change=self._update_health, fanout=fanout)
         self.servicer = TransducerServicer(cfg.server, self.metrics, self.repository)
         self.health = HealthServicer()
         self.port = 0
@@ -168,7 +169,7 @@ class AttnServer:
 
     async def peers_loaded(self) -> None:
         """A worker of a supervisor: every worker has loaded, so this one may say SERVING too."""
-        self.repository.peers_ready = True
+        self.repository.peers_loaded()
         await self._update_health()
 
     async def _update_health(self) -> None:
@@ -182,7 +183,7 @@ class AttnServer:
         """Say NOT_SERVING but go on serving for lame_duck_s (or until cut_short is set), so that
         calls already on their way are taken and traffic moves elsewhere before stop()."""
         await self.health.enter_graceful_shutdown()
-        self.http.draining = True
+        self.http.start_draining()
         try:
             await asyncio.wait_for((cut_short or asyncio.Event()).wait(), self.cfg.server.lame_duck_s)
         except TimeoutError:
@@ -191,31 +192,27 @@ class AttnServer:
     async def stop(self, grace_s: float | None = None) -> None:
         """NOT_SERVING, refuse new calls, let in-flight calls finish within the grace period."""
         await self.health.enter_graceful_shutdown()
-        self.http.draining = True
+        self.http.start_draining()
         # Both ports drain at once; the models stop only once neither has a call left for them.
         await asyncio.gather(self.grpc.stop(self.cfg.server.grace_period_s if grace_s is None else grace_s),
                              self.http.stop())
         await self.repository.stop()
 
 
-def build_server(cfg: Config, metrics: Metrics | None = None) -> AttnServer:
-    return AttnServer(cfg, metrics)
+def build_server(cfg: Config, metrics: Metrics | None = None, fanout: Fanout | None = None) -> AttnServer:
+    return AttnServer(cfg, metrics, fanout)
 
 
 async def serve(cfg: Config, supervisor_fd: int | None = None) -> int:
     """One server process: the whole server, or with supervisor_fd one worker of a supervisor's
     (service/supervisor.py), which says when every worker has loaded and carries admin operations
     to every worker."""
+    link = None if supervisor_fd is None else await WorkerLink.inherited(supervisor_fd)
     try:
-        server = build_server(cfg)
+        server = build_server(cfg, fanout=None if link is None else link.fanout)
     except SecurityError as e:
         log.error("refusing to start: %s", e)
         return 2
-    link = None
-    if supervisor_fd is not None:
-        link = await WorkerLink.inherited(supervisor_fd)
-        server.repository.fanout = link.fanout
-        server.repository.peers_ready = False
     await server.start()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -19,7 +19,8 @@ from service.config import AnswerConfig, BatcherConfig, EngineConfig
 from service.domain import Decoded, Overloaded
 from service.engine.engine import Engine, Running
 from service.metrics import Metrics
-from service.scheduling.batcher import Batcher, ContinuousBatcher
+from service.scheduling.continuous import ContinuousBatcher
+from service.scheduling.request import RequestBatcher
 
 
 HOLD_S = 60  # bounds a hang only: a held call or an awaited one that never comes fails after this
@@ -112,7 +113,7 @@ def answering(engine, batcher_cls=None, metrics=None, cache_entries=0, clock=tim
     """A batcher (not started) and the answerer that holds it, as the repository builds them.
     No response cache unless a test asks: these tests count what reaches the engine."""
     metrics = metrics or Metrics().for_model("m")
-    batcher = (batcher_cls or Batcher)(engine, BatcherConfig(**cfg), metrics, clock)
+    batcher = (batcher_cls or RequestBatcher)(engine, BatcherConfig(**cfg), metrics, clock)
     return Answerer(engine, batcher, AnswerConfig(cache_entries=cache_entries), metrics)
 
 

@@ -2,6 +2,7 @@
 deadlines, faults, cancellation, the response cache. Continuous batching: test_continuous.py;
 length groups: test_lengths.py."""
 import asyncio
+import inspect
 
 import pytest
 
@@ -9,6 +10,9 @@ from service.answering.answerer import Answerer
 from service.config import BatcherConfig
 from service.domain import DeadlineExpired, DecodeOptions, InvalidInput, NotReady, Overloaded
 from service.metrics import Metrics
+from service.scheduling.batcher import Batcher, make_batcher
+from service.scheduling.continuous import ContinuousBatcher
+from service.scheduling.request import RequestBatcher
 from tests.batching import HOLD_S, Clock, FakeEngine, answering, one_pass, refused_at_once, started
 
 
@@ -38,7 +42,7 @@ async def test_after_batches_with_company_a_first_arrival_waits_for_as_many():
     calls = [asyncio.ensure_future(b.transduce([w])) for w in "abcde"]
     await asyncio.gather(*calls[:4])  # batches [a, b] and [c, d]: each had company
     assert engine.batches == [["a", "b"], ["c", "d"]]
-    assert len(b.batcher._queue) == 1  # e waits for a second source rather than going alone
+    assert len(b.batcher.intake.queue) == 1  # e waits for a second source rather than going alone
     ((f,),) = await b.transduce(["f"])
     assert engine.batches[-1] == ["e", "f"] and f.output_tokens == ["F"]
     await calls[4]
@@ -61,7 +65,7 @@ async def test_a_full_queue_refuses_new_requests_and_finishes_admitted_ones():
     b = await started(engine, max_batch_size=2, max_wait_ms=0, max_queue_size=4)
     calls = [asyncio.ensure_future(b.transduce([f"a{i}"])) for i in range(10)]
     await one_pass()
-    assert len(b.batcher._pending) + sum(c.done() for c in calls) == 10  # each admitted or refused
+    assert len(b.batcher.intake.pending) + sum(c.done() for c in calls) == 10  # each admitted or refused
     engine.calls.gate.set()
     outcomes = await asyncio.gather(*calls, return_exceptions=True)
     rejected = [o for o in outcomes if isinstance(o, Overloaded)]
@@ -88,13 +92,13 @@ async def test_a_call_the_queue_cannot_serve_within_its_deadline_is_refused_at_o
     clock = Clock()
     engine = FakeEngine(clock, call_s=0.02)
     b, queued = await loaded(engine)
-    assert b.batcher.rate.sources_per_s() == pytest.approx(200)  # the rate under load: 4 sources in 20 ms
-    assert len(b.batcher._queue) == 40
+    assert b.batcher.intake.rate.sources_per_s() == pytest.approx(200)  # the rate under load: 4 sources in 20 ms
+    assert len(b.batcher.intake.queue) == 40
     # (40 queued + its own - 4 in the next batch) / 200 per s = 185 ms expected, past 0.6 x 100 ms.
     refused_at_once(b.transduce(["late"], deadline_s=clock() + 0.1), "does not fit in the call's deadline")
     admitted = asyncio.ensure_future(b.transduce(["patient"], deadline_s=clock() + 5))
     await one_pass()
-    assert len(b.batcher._queue) == 41
+    assert len(b.batcher.intake.queue) == 41
     engine.calls.gate.set()
     ((r,),) = await admitted
     assert r.output_tokens == list("PATIENT")
@@ -110,7 +114,7 @@ async def test_the_queue_is_bounded_in_time_for_calls_without_a_deadline():
     # At 200 sources/s the k-th of the 44 offered expects (k - 4 in the next batch) / 200 s of wait:
     # 100 ms from the 24th on. 101 ms, not 100, keeps rounding off that edge.
     b, queued = await loaded(engine, max_queue_wait_ms=101)
-    assert len(b.batcher._queue) == 20  # 24 admitted, 4 of them in the engine; 20 refused
+    assert len(b.batcher.intake.queue) == 20  # 24 admitted, 4 of them in the engine; 20 refused
     refused_at_once(b.transduce([f"no-deadline{i}" for i in range(10)]), "exceeds max_queue_wait_ms")  # 50 ms more
     engine.calls.gate.set()
     outcomes = await asyncio.gather(*queued, return_exceptions=True)
@@ -130,7 +134,7 @@ async def test_a_source_whose_deadline_passes_in_the_queue_is_not_decoded():
     await engine.calls.reached(1)  # "first" holds the engine
     doomed = asyncio.ensure_future(b.transduce(["doomed"], deadline_s=clock() + 0.03))
     await one_pass()
-    assert len(b.batcher._queue) == 1
+    assert len(b.batcher.intake.queue) == 1
     clock.advance(0.06)  # its deadline passes while it waits
     engine.calls.gate.set()
     with pytest.raises(DeadlineExpired):
@@ -177,7 +181,7 @@ async def test_cancelled_callers_are_dropped_from_the_queue():
     await engine.calls.reached(1)  # "first" is now in the engine
     doomed = asyncio.ensure_future(b.transduce(["doomed"]))
     await one_pass()
-    assert len(b.batcher._queue) == 1
+    assert len(b.batcher.intake.queue) == 1
     doomed.cancel()
     await asyncio.wait([doomed])  # its caller has gone
     engine.calls.gate.set()
@@ -186,6 +190,13 @@ async def test_cancelled_callers_are_dropped_from_the_queue():
     assert r.output_tokens == list("AFTER")
     assert ["doomed"] not in engine.batches
     await b.batcher.stop()
+
+
+@pytest.mark.parametrize("mode,cls", [("request", RequestBatcher), ("continuous", ContinuousBatcher)])
+def test_each_mode_is_a_batcher_with_the_one_submit(mode, cls):
+    b = make_batcher(FakeEngine(), BatcherConfig(mode=mode), Metrics().for_model("m"))
+    assert type(b) is cls and isinstance(b, Batcher) and not b.running
+    assert inspect.signature(cls.submit) == inspect.signature(Batcher.submit)
 
 
 async def test_empty_after_tokenization_is_invalid_and_not_ready_before_start():

@@ -18,7 +18,7 @@ async def test_continuous_outputs_are_right_for_rows_joining_and_leaving():
     await engine.calls.reached(3)  # the first request's third step is under way
     second = asyncio.ensure_future(b.transduce(words[3:]))  # joins the batch already running
     await one_pass()
-    assert len(b.batcher._queue) == 3
+    assert len(b.batcher.intake.queue) == 3
     release.set()
     results = (await first) + (await second)
     for w, (r,) in zip(words, results):
@@ -141,7 +141,7 @@ async def test_continuous_admission_counts_free_rows_and_refuses_what_the_queue_
     engine = StepEngine(clock=clock, step_s=0.004)  # 5-letter words: 6 steps, 24 ms at 4 rows
     b = await continuous(engine, max_batch_size=4, clock=clock)
     await asyncio.gather(*(b.transduce([f"warm{i}"]) for i in range(16)))  # the rate under load
-    per_s = b.batcher.rate.sources_per_s()
+    per_s = b.batcher.intake.rate.sources_per_s()
     assert per_s is not None
     ((r,),) = await b.transduce(["alone"], deadline_s=clock() + 0.001)  # free rows: admitted
     assert r.output_tokens == list("alone")
@@ -150,7 +150,7 @@ async def test_continuous_admission_counts_free_rows_and_refuses_what_the_queue_
     busy = [asyncio.ensure_future(b.transduce([f"busy{i}"])) for i in range(24)]
     await engine.calls.reached(first_busy + 1)
     # However many joined that step, 21 sources stand before the next free row.
-    assert len(b.batcher._queue) + b.batcher._in_service == 24 and 21 / per_s > 0.6 * 0.05
+    assert len(b.batcher.intake.queue) + b.batcher._in_service == 24 and 21 / per_s > 0.6 * 0.05
     refused_at_once(b.transduce(["late"], deadline_s=clock() + 0.05), "does not fit in the call's deadline")
     release.set()
     assert all(len(o) == 1 for o in await asyncio.gather(*busy))

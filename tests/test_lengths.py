@@ -53,7 +53,7 @@ async def test_length_groups_answer_short_callers_before_the_long_group_ends():
     await engine.calls.reached(1)  # "hold" is in the engine; the eight calls below queue behind it
     calls = {w: asyncio.ensure_future(b.transduce([w])) for w in MIXED}
     await one_pass()
-    assert len(b.batcher._queue) == 8
+    assert len(b.batcher.intake.queue) == 8
     release_hold.set()
     await engine.calls.reached(3)  # the long group is in the engine, held there
     short = await asyncio.wait_for(asyncio.gather(*(calls[w] for w in SHORT)), HOLD_S)
@@ -77,7 +77,7 @@ async def test_length_grouping_never_passes_over_a_source_popped_earlier():
     later = [f"{c}{c}" for c in "pqrstuvw"]
     second = asyncio.ensure_future(b.transduce(later))  # short, but queued after them
     await one_pass()
-    assert len(b.batcher._queue) == 16
+    assert len(b.batcher.intake.queue) == 16
     release.set()
     await asyncio.gather(hold, first, second)
     assert engine.batches == [["hold"], SHORT, LONG, later]
@@ -92,7 +92,7 @@ async def test_an_engine_failure_in_one_length_group_fails_only_that_groups_call
     await engine.calls.reached(1)
     calls = [asyncio.ensure_future(b.transduce([w])) for w in MIXED]  # one popped batch, two groups
     await one_pass()
-    assert len(b.batcher._queue) == 8
+    assert len(b.batcher.intake.queue) == 8
     release.set()
     await hold
     outcomes = dict(zip(MIXED, await asyncio.gather(*calls, return_exceptions=True)))
@@ -112,7 +112,7 @@ async def test_a_length_group_whose_callers_all_left_is_not_decoded():
     short = [asyncio.ensure_future(b.transduce([w])) for w in SHORT]
     long_call = asyncio.ensure_future(b.transduce(LONG))  # one caller, the whole long group
     await one_pass()
-    assert len(b.batcher._queue) == 8
+    assert len(b.batcher.intake.queue) == 8
     release_hold.set()
     await hold
     await engine.calls.reached(2)  # the short group is in the engine

@@ -114,7 +114,7 @@ async def test_a_short_deadline_past_the_admission_limit_is_refused_at_once(serv
         queued = Calls().of(server.batcher, "_notify")  # the batcher's wake-up, once per call queued
         backlog = [asyncio.ensure_future(stub.Transduce(request, timeout=60)) for _ in range(4)]  # 32 sources
         await queued.until(lambda: server.batcher.metrics.queue_depth._value.get() >= 24)
-        expected_s = (24 + 1 - 2) / server.batcher.rate.sources_per_s()
+        expected_s = (24 + 1 - 2) / server.batcher.intake.rate.sources_per_s()
         t0 = time.perf_counter()
         with pytest.raises(grpc.aio.AioRpcError) as refused:
             await stub.Transduce(pb.TransduceRequest(inputs=["late"]), timeout=1.0)

@@ -146,7 +146,7 @@ async def test_stock_tritonclient_lists_loads_and_unloads_models_while_another_i
                 with held(late_batcher.engine) as release:  # the calls below stay admitted until the unload
                     in_flight = [asyncio.ensure_future(stub.Transduce(
                         pb.TransduceRequest(inputs=["queued"] * 8, model_name="late"), timeout=60)) for _ in range(4)]
-                    await queued.until(lambda: len(late_batcher._pending) == 32)  # all 32 sources queued or decoding
+                    await queued.until(lambda: len(late_batcher.intake.pending) == 32)  # all 32 sources queued or decoding
                     unloading = asyncio.ensure_future(triton("unload", "late"))
                     await changed.until(lambda: "late" not in server.repository.models)  # new calls: NOT_FOUND
                     release.set()

@@ -19,6 +19,7 @@ import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Awaitable, Callable
 
 from service.answering.answerer import Answerer
 from service.config import Config
@@ -78,8 +79,21 @@ def discover(cfg: Config) -> dict[str, Path]:
     return models
 
 
+# An admin operation (op, name, version) applied in every worker process; returns once each has
+# applied it, or raises the first failure.
+Fanout = Callable[[str, str, str], Awaitable[None]]
+
+
+async def _nothing() -> None:
+    pass
+
+
 class ModelRepository:
-    def __init__(self, cfg: Config, metrics: Metrics):
+    def __init__(self, cfg: Config, metrics: Metrics, on_change: Callable[[], Awaitable[None]] = _nothing,
+                 fanout: Fanout | None = None):
+        """on_change: awaited after a model is loaded or unloaded while running (health).
+        fanout: in a worker process of a supervisor (service/supervisor.py), how an admin operation
+        reaches every worker; None when this process is the whole server and applies it here."""
         self.cfg = cfg
         self.metrics = metrics
         # A model the server knows of is in exactly one of these three.
@@ -88,14 +102,12 @@ class ModelRepository:
         self.unloaded: set[str] = set()  # unloaded while running (RepositoryModelUnload)
         self.default = ""
         self.loaded = False  # load_all() has run
-        self.on_change = []  # async callables, awaited after a model is loaded or unloaded (health)
-        # In a worker process of a supervisor (service/supervisor.py), how an admin operation reaches
-        # every worker: an async (op, name, version) that returns once each has applied it, or raises
-        # the first failure. None: this process is the whole server and applies it here.
-        self.fanout = None
-        # A worker is ready only once every worker has loaded (the supervisor says so), so that each
-        # answers health alike: a probe never sees SERVING from one process while another still loads.
-        self.peers_ready = True
+        self._on_change = on_change
+        self._fanout = fanout
+        # A worker is ready only once every worker has loaded (the supervisor says so: peers_loaded()),
+        # so that each answers health alike: a probe never sees SERVING from one process while another
+        # still loads.
+        self._peers_ready = fanout is None
         self._poller: asyncio.Task | None = None
 
     async def load_all(self) -> None:
@@ -114,6 +126,10 @@ class ModelRepository:
         self.default = self._default_of(found)
         self.loaded = True
 
+    def peers_loaded(self) -> None:
+        """A worker of a supervisor: every worker has loaded."""
+        self._peers_ready = True
+
     def _default_of(self, found: dict[str, Path]) -> str:
         wanted = self.cfg.default_model
         if wanted:
@@ -128,24 +144,24 @@ class ModelRepository:
         unloaded before); a model already served reloads its latest version. Raises UnknownModel
         for a name the repository does not hold and BundleError for a bundle it cannot serve.
         Every worker process does it before this returns."""
-        if self.fanout is not None:
-            await self.fanout("load", name, "")
+        if self._fanout is not None:
+            await self._fanout("load", name, "")
             return ModelStatus(name, "READY", self.manager(name).bundle.version)
         return await self._load_here(name)
 
     async def unload_model(self, name: str) -> None:
         """Stop serving a model: new calls answer NOT_FOUND at once, admitted ones finish first; in
         every worker process before this returns."""
-        if self.fanout is not None:
-            await self.fanout("unload", name, "")
+        if self._fanout is not None:
+            await self._fanout("unload", name, "")
         else:
             await self._unload_here(name)
 
     async def reload_model(self, name: str, version: str) -> Bundle:
         """ReloadModel: serve `version` of a served model (default: the pin, else the highest) and
         return its bundle, in every worker process before this returns."""
-        if self.fanout is not None:
-            await self.fanout("reload", name, version)
+        if self._fanout is not None:
+            await self._fanout("reload", name, version)
             return self.manager(name).bundle
         return await self.manager(name).load(version)
 
@@ -198,8 +214,8 @@ class ModelRepository:
         log.info("unloaded model %s", name)
 
     async def _changed(self) -> None:
-        for callback in self.on_change:
-            await callback()
+        """A model was loaded or unloaded while running."""
+        await self._on_change()
 
     def _dir_of(self, name: str) -> Path:
         if self.cfg.model_dir is not None:
@@ -233,7 +249,7 @@ class ModelRepository:
 
     def all_ready(self) -> bool:
         """Every model the server was asked to serve is loaded."""
-        return self.loaded and not self.failed and self.peers_ready
+        return self.loaded and not self.failed and self._peers_ready
 
     def is_ready(self, name: str, version: str = "") -> bool:
         m = self.models.get(name) if self.loaded else None

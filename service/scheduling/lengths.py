@@ -17,14 +17,14 @@ Source length stands for output length (a G2P model emits about one symbol per l
 from __future__ import annotations
 
 # The cost of decoding a batch, in row-steps (one row through one decoder step):
-#     cost = CALL + steps * (STEP + rows * (1 + S / PAD_SYMBOLS))
-# A decoder step has a fixed part worth a few rows; a row-step costs more when the sources are
-# padded longer (attention over S symbols); each group is one more encoder and Loop call and one
-# more hand-off between threads. Fitted to the shipped model in-process on 2 cores: batches of
-# 8-64 of the varied and of the uniform test words, split as this model says, took 0.58-0.99 of the
-# time of the batch whole, within 0.06 of what the model predicted (it was the more pessimistic where
-# they differed). The timings were noisy (other jobs on the cores); these constants are the cautious
-# end of the fit, so a split must save more than it seems to in order to be made.
+#     cost = CALL_ROW_STEPS + steps * (STEP_ROWS + rows * (1 + S / PAD_SYMBOLS))
+# STEP_ROWS: a decoder step's fixed part, whatever its rows, in rows.
+# PAD_SYMBOLS: a row-step costs more the longer its sources are padded (attention over S symbols);
+#   S symbols of padding add S / PAD_SYMBOLS row-steps to each row's step.
+# CALL_ROW_STEPS: each group is one more encoder and Loop call and one more hand-off between threads.
+# Fitted to timings of the shipped model split as this model says (docs/performance.md, Length
+# grouping). The timings are noisy, so the constants are the cautious end of the fit: they make a
+# split look cheaper than whole only when it saves more than it seems to, never the other way round.
 STEP_ROWS = 6.0
 PAD_SYMBOLS = 20.0
 CALL_ROW_STEPS = 16.0

@@ -183,7 +183,7 @@ class HttpFront:
     def __init__(self, cfg: ServerConfig, metrics: Metrics, repository: ModelRepository, token: bytes | None):
         self.cfg, self.metrics, self.repository, self.token = cfg, metrics, repository, token
         self.mutual_tls = bool(cfg.tls_client_ca_file)
-        self.draining = False  # set on shutdown: ready says 503 while in-flight calls finish
+        self.draining = False  # from start_draining() on: ready says 503 while in-flight calls finish
         self.port = -1
         self.app = web.Application(client_max_size=cfg.max_message_bytes, middlewares=[protocol_errors, self._gate])
         model = "/v2/models/{name}"
@@ -210,9 +210,13 @@ class HttpFront:
         await site.start()
         self.port = site._server.sockets[0].getsockname()[1]
 
+    def start_draining(self) -> None:
+        """Shutting down: readiness says 503 from now on, while calls are still served."""
+        self.draining = True
+
     async def stop(self) -> None:
         """Stop listening; in-flight requests get the grace period to finish."""
-        self.draining = True
+        self.start_draining()
         if self._runner is not None:
             await self._runner.cleanup()
 

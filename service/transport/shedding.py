@@ -33,7 +33,7 @@ class _Admitted:
     does not parse), when grpc drops the handler that holds this object."""
 
     def __init__(self, shed: "SheddingInterceptor"):
-        shed.inflight += 1
+        shed._count_in()
         self._finalizer = weakref.finalize(self, SheddingInterceptor._release, shed)
 
     def release(self) -> None:
@@ -47,6 +47,9 @@ class SheddingInterceptor(grpc.aio.ServerInterceptor):
         self.max_inflight_calls = max_inflight_calls
         self.inflight = 0
         self._on_shed = on_shed
+
+    def _count_in(self) -> None:
+        self.inflight += 1
 
     def _release(self) -> None:
         self.inflight -= 1
