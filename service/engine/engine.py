@@ -352,15 +352,16 @@ class Engine:
     def limit(self, max_output_len: int) -> int:
         return min(max_output_len or self.cfg.max_output_len, self.cfg.max_output_len)
 
-    def result(self, src_tokens: list[str], ids, attn: np.ndarray | None, score: float,
+    def result(self, src_tokens: list[str], ids, attn: np.ndarray | None, log_prob: float,
                self_attn: np.ndarray | None = None) -> Decoded:
-        """A Decoded from one row's emitted ids (</s> last when finished), its (>=T, >=S) attention
-        (None without attention) and its (heads, >=S, >=S) self-attention (None without)."""
+        """A Decoded from one row's emitted ids (</s> last when finished), their log_prob, its (>=T, >=S)
+        attention (None without attention) and its (heads, >=S, >=S) self-attention (None without).
+        Decoded.score is that log_prob (docs/glossary.md)."""
         steps, S = len(ids), len(src_tokens)
         out = [int(i) for i in ids if i != self.eos_id]
         finished = steps > 0 and int(ids[steps - 1]) == self.eos_id
         return Decoded(src_tokens=list(src_tokens), output_ids=out,
-                       output_tokens=[self.tgt_vocab[i] for i in out], score=score,
+                       output_tokens=[self.tgt_vocab[i] for i in out], score=log_prob,
                        attn=None if attn is None else np.ascontiguousarray(attn[:steps, :S], dtype=np.float32),
                        finished=finished,
                        self_attn=None if self_attn is None else np.ascontiguousarray(self_attn[:, :S, :S]))
