@@ -1,7 +1,8 @@
-"""Beam search over the engine's encoder and decoder-step graphs.
+"""Beam search over the engine's encoder and decoder-step graphs: a strategy of the decoding core
+(service/engine/strategy.py), which runs the steps.
 
 Each source keeps `beam_size` rows in the batch. At every step the candidates
-(beam score + log p(token)) of all of a source's beams are ranked; those ending
+(beam log_prob + log p(token), in float64) of all of a source's beams are ranked; those ending
 in </s> become finished hypotheses, the best others form the next beams, and
 the decoder state and attention history are reordered to follow their parents.
 
@@ -17,24 +18,19 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from service.domain import Decoded, DecodeOptions
+from service.engine import strategy
 from service.engine.engine import Engine
+from service.engine.strategy import DecodeStrategy, Hypothesis
 
 NEG_INF = -np.inf
-
-
-@dataclass
-class _Hyp:
-    ids: list[int]
-    attn: list[np.ndarray]  # one (S,) row per step; empty for a model without attention
-    log_prob: float
 
 
 @dataclass
 class _Source:
     tokens: list[str]
     limit: int
-    beams: list[_Hyp] = field(default_factory=list)
-    finished: list[tuple[float, _Hyp]] = field(default_factory=list)  # (rank score, hypothesis)
+    beams: list[Hypothesis] = field(default_factory=list)
+    finished: list[tuple[float, Hypothesis]] = field(default_factory=list)  # (rank score, hypothesis)
     done: bool = False
 
 
@@ -42,40 +38,60 @@ def _rank(log_prob: float, length: int, alpha: float) -> float:
     return log_prob / (length ** alpha) if alpha else log_prob
 
 
-def beam_search(engine: Engine, sources: list[list[str]], opts: DecodeOptions) -> list[list[Decoded]]:
-    """The n_best hypotheses of each source, best first, each with its own attention matrix."""
-    k, alpha = opts.beam_size, opts.length_penalty_alpha
-    srcs = [_Source(tokens, engine.limit(opts.max_output_len), [_Hyp([], [], 0.0)]) for tokens in sources]
-    B = len(srcs)
-    run = engine.encode(sources, [opts.attention_top_k] * B)
-    self_attn = run.self_attn  # (B, heads, S, S) or None
-    run = run.select(np.repeat(np.arange(B), k))  # (B*k) rows, beam j of source b at b*k+j
-    for step in range(max(s.limit for s in srcs)):
-        log_probs, attn, run = engine.step(run)  # (B*k, V), (B*k, S) or None
-        rows, tokens = np.arange(B * k) % k, np.full(B * k, engine.eos_id, dtype=np.int64)
-        for b, src in enumerate(srcs):
+class BeamSearch(DecodeStrategy):
+    """k rows per source, beam j of source b at row b*k+j; each step reorders the rows to follow their parents
+    (rows of a source with fewer live beams, or done, repeat its first row: their outputs are ignored)."""
+
+    def __init__(self, sources: list[list[str]], limit: int, opts: DecodeOptions, eos_id: int):
+        self.k, self.alpha, self.n_best, self.eos_id = opts.beam_size, opts.length_penalty_alpha, opts.n_best, eos_id
+        self.srcs = [_Source(tokens, limit, [Hypothesis()]) for tokens in sources]
+        self.t = 0  # steps taken
+        self._rows = self._tokens = None
+
+    def advance(self, log_probs: np.ndarray, attn: np.ndarray | None) -> None:
+        """log_probs (B*k, V), attn (B*k, S) or None."""
+        k, B = self.k, len(self.srcs)
+        rows, tokens = np.arange(B * k) % k, np.full(B * k, self.eos_id, dtype=np.int64)
+        for b, src in enumerate(self.srcs):
             if src.done:
                 continue
             parents, next_tokens = _advance(src, log_probs[b * k:b * k + len(src.beams)],
-                                            None if attn is None else attn[b * k:], step, k, alpha, opts.n_best,
-                                            engine.eos_id)
+                                            None if attn is None else attn[b * k:], self.t, k, self.alpha,
+                                            self.n_best, self.eos_id)
             n = len(parents)
             rows[b * k:b * k + n] = b * k + np.asarray(parents, dtype=np.int64)
             tokens[b * k:b * k + n] = next_tokens
             rows[b * k + n:(b + 1) * k] = b * k  # idle rows: any valid row, their output is ignored
-        if all(s.done for s in srcs):
-            break
-        run = run.select(rows)
-        run.y_prev = tokens
+        self.t += 1
+        self._rows, self._tokens = rows, tokens
+
+    @property
+    def done(self) -> bool:
+        return all(s.done for s in self.srcs) or self.t >= max(s.limit for s in self.srcs)
+
+    def select_indices(self) -> np.ndarray:
+        return self._rows
+
+    def next_inputs(self) -> np.ndarray:
+        return self._tokens
+
+
+def beam_search(engine: Engine, sources: list[list[str]], opts: DecodeOptions) -> list[list[Decoded]]:
+    """The n_best hypotheses of each source, best first, each with its own attention matrix."""
+    search = BeamSearch(sources, engine.limit(opts.max_output_len), opts, engine.eos_id)
+    B = len(sources)
+    run = engine.encode(sources, [opts.attention_top_k] * B)
+    self_attn = run.self_attn  # (B, heads, S, S) or None
+    strategy.decode(engine.step, run.select(np.repeat(np.arange(B), opts.beam_size)), search)
     return [_results(engine, src, opts.n_best, None if self_attn is None else self_attn[b])
-            for b, src in enumerate(srcs)]
+            for b, src in enumerate(search.srcs)]
 
 
 def _advance(src: _Source, log_probs: np.ndarray, attn: np.ndarray | None, step: int, k: int, alpha: float,
              n_best: int, eos: int) -> tuple[list[int], list[int]]:
     """One step for one source: returns the parent beam and token of each new beam."""
     n_live, V = log_probs.shape
-    cand = np.array([h.log_prob for h in src.beams])[:, None] + log_probs  # (n_live, V)
+    cand = np.array([h.log_prob for h in src.beams])[:, None] + log_probs  # (n_live, V) float64
     flat = cand.ravel()
     order = np.argsort(-flat, kind="stable")[:2 * k]  # k live continuations exist among the top 2k
     last_step = step + 1 >= src.limit
@@ -83,8 +99,9 @@ def _advance(src: _Source, log_probs: np.ndarray, attn: np.ndarray | None, step:
     for idx in order:
         parent, token = divmod(int(idx), V)
         hyp = src.beams[parent]
-        child = _Hyp(hyp.ids + [token], hyp.attn if attn is None else hyp.attn + [attn[parent, :len(src.tokens)]],
-                     float(flat[idx]))
+        child = Hypothesis(hyp.ids + [token],
+                           hyp.attn if attn is None else hyp.attn + [attn[parent, :len(src.tokens)]],
+                           float(flat[idx]))
         if token == eos or last_step:
             src.finished.append((_rank(child.log_prob, len(child.ids), alpha), child))
         elif len(new_beams) < k:
@@ -105,6 +122,6 @@ def _advance(src: _Source, log_probs: np.ndarray, attn: np.ndarray | None, step:
 def _results(engine: Engine, src: _Source, n_best: int, self_attn: np.ndarray | None) -> list[Decoded]:
     out = []
     for rank_score, hyp in src.finished[:n_best]:
-        d = engine.result(src.tokens, hyp.ids, np.stack(hyp.attn) if hyp.attn else None, hyp.log_prob, self_attn)
+        d = engine.result(src.tokens, hyp.ids, hyp.attention(len(src.tokens)), hyp.log_prob, self_attn)
         out.append(replace(d, rank_score=rank_score))
     return out

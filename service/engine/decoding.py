@@ -6,16 +6,19 @@ Two ways in, one per batching mode of service/scheduling/batcher.py:
   the lexicon, Score) through service/engine/forced.py, greedy items in one engine.decode(), beam
   items in one beam_search per option set.
 - `StepBatch` holds the rows of a continuous batch: rows join (after one encoder run) and leave
-  between steps, and `step()` runs one decoder step for all of them, picks each row's next token
-  (greedy: the argmax), adds its log-probability to the row's score and retires the rows that
-  emitted </s> or reached their length limit.
+  between steps, and `step()` runs one step of the decoding core (service/engine/strategy.py) for
+  all of them: a GreedySearch picks each row's next token (the argmax), adds its log-probability to
+  the row's log_prob and retires the rows that emitted </s> or reached their length limit.
+
+Greedy, beam and forced decoding all run through that one core; engine.decode() serves a whole
+greedy batch through its accelerator, the ONNX Loop, where the bundle allows.
 
 The scheduler decides which sources go together and when; what happens to them here.
 Synchronous, called from the engine thread.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -23,7 +26,9 @@ import numpy as np
 from service.domain import Decoded, DecodeOptions
 from service.engine.beam import beam_search
 from service.engine.engine import Engine, Running
+from service.engine import strategy
 from service.engine.forced import force
+from service.engine.strategy import GreedySearch
 
 
 @dataclass(frozen=True)
@@ -103,37 +108,35 @@ def settle(engine: Engine, hyps: list[list[Decoded]], options: list[DecodeOption
 
 @dataclass
 class _Row:
-    """A source decoding in a StepBatch."""
+    """A source decoding in a StepBatch: the key of its row in the batch's GreedySearch."""
 
     key: Any  # the caller's handle for it
     tokens: list[str]
-    limit: int
     options: DecodeOptions
-    ids: list[int] = field(default_factory=list)
-    attn: list[np.ndarray] = field(default_factory=list)  # one (S,) row per step; none without attention
-    score: float = 0.0
+    self_attn: np.ndarray | None  # (heads, >=S, >=S) its encoder self-attention, None without
 
 
 class StepBatch:
-    """The rows of a continuous batch, greedy-decoded one step at a time. Row i of `running` is rows[i]."""
+    """The rows of a continuous batch, greedy-decoded one step at a time through the decoding core
+    (strategy.py): a GreedySearch that retires a row the step it ends. Row i of `running` is the search's row i."""
 
     def __init__(self, engine: Engine):
         self.engine = engine
         self.running: Running | None = None
-        self.rows: list[_Row] = []
+        self.search = GreedySearch(engine.eos_id, retire=True)  # its keys: _Rows
 
     def __len__(self) -> int:
-        return len(self.rows)
+        return len(self.search)
 
     @property
     def keys(self) -> list:
-        return [r.key for r in self.rows]
+        return [r.key for r in self.search.keys]
 
     def keep(self, indices: list[int]) -> None:
         """Keep only these rows (their indices, in order): the others leave before the next step."""
-        if len(indices) < len(self.rows):
+        if len(indices) < len(self.search):
             self.running = self.running.select(np.array(indices, dtype=np.int64))
-            self.rows = [self.rows[i] for i in indices]
+            self.search.keep(indices)
 
     def join(self, joining: list[tuple[Any, list[str], DecodeOptions]]) -> None:
         """(key, tokens, options) sources join the batch: one encoder run for all of them."""
@@ -141,34 +144,21 @@ class StepBatch:
             return
         new = self.engine.encode([tokens for _, tokens, _ in joining],
                                  [options.attention_top_k for _, _, options in joining])
-        self.running = new if not self.rows else Running.concat(self.running, new)
-        self.rows += [_Row(key, tokens, self.engine.limit(options.max_output_len), options)
-                      for key, tokens, options in joining]
+        self.running = new if not self.search else Running.concat(self.running, new)
+        self.search.join([_Row(key, tokens, options, None if new.self_attn is None else new.self_attn[i])
+                          for i, (key, tokens, options) in enumerate(joining)],
+                         [self.engine.limit(options.max_output_len) for _, _, options in joining])
 
     def step(self) -> list[tuple[Any, Decoded]]:
         """One decoder step for every row; returns the (key, result) of each row that ended, which leaves."""
         engine = self.engine
-        log_probs, attn, self.running = engine.step(self.running)  # (B, V), (B, S) or None without attention
-        y = log_probs.argmax(axis=-1)  # (B,)
-        self.running.y_prev = y
-        finished, keep = [], []
-        for i, row in enumerate(self.rows):
-            token = int(y[i])
-            row.ids.append(token)
-            if attn is not None:
-                row.attn.append(attn[i])
-            row.score += float(log_probs[i, token])
-            if token == engine.eos_id or len(row.ids) >= row.limit:
-                S = len(row.tokens)
-                rows_attn = np.stack([a[:S] for a in row.attn]) if row.attn else None
-                self_attn = None if self.running.self_attn is None else self.running.self_attn[i]
-                decoded = engine.result(row.tokens, row.ids, rows_attn, row.score, self_attn)
-                finished.append((row.key, settle(engine, [[decoded]], [row.options])[0][0]))
-            else:
-                keep.append(i)
-        if finished:
-            self.keep(keep)
+        self.running = strategy.step(engine.step, self.running, self.search)
+        finished = []
+        for row, hyp in self.search.ended:
+            decoded = engine.result(row.tokens, hyp.ids, hyp.attention(len(row.tokens)), hyp.log_prob, row.self_attn)
+            finished.append((row.key, settle(engine, [[decoded]], [row.options])[0][0]))
         return finished
 
     def clear(self) -> None:
-        self.running, self.rows = None, []
+        self.running = None
+        self.search = GreedySearch(self.engine.eos_id, retire=True)

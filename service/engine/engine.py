@@ -27,7 +27,8 @@ from service.config import EngineConfig
 from service.domain import Decoded
 from service.engine import hints, prosody
 from service.engine.bundle import Bundle
-from service.engine.loop_graph import STATE_NAMES, build_greedy_loop, soft_only
+from service.engine import strategy
+from service.engine.loop_graph import STATE_NAMES, build_greedy_loop, run_loop, soft_only
 
 log = logging.getLogger(__name__)
 
@@ -115,11 +116,12 @@ def _session_options(threads: int) -> ort.SessionOptions:
     """Options for every session of every engine: one intra-op thread pool and one memory arena for
     the whole process.
 
-    With onnxruntime's default, each session (encoder, decoder step, Loop; twice during a hot
-    reload) has its own pool whose threads spin after each call, and sessions taking turns every
-    step fight over the cores: on 2 cores the step loop decoded 130 words/s at batch 1 and ~620 at
-    batch 64 that way, against ~260 and ~1,240 with one shared pool. onnxruntime cannot resize
-    the pool once made, so the first engine of a process sets its size (the server has one).
+    Invariant: every session of the process runs its operators on the one global pool (never a pool
+    of its own), so a process has `threads` intra-op threads however many sessions it holds. Why:
+    with onnxruntime's default each session (encoder, decoder step, Loop; twice during a hot reload)
+    has its own pool whose threads spin after each call, and sessions that take turns every step then
+    compete for the same cores with spinning threads that do no work. onnxruntime cannot resize the
+    pool once made, so the first engine of a process sets its size (the server has one).
 
     Each session also has its own arena by default, grown to the largest working memory that
     session has needed and kept: a process serving many small models held several times their
@@ -306,10 +308,8 @@ class Engine:
         results: list[Decoded | None] = [None] * len(sources)
         for rows, loop in self._loops(run):
             part = run if len(rows) == len(run) else run.select(rows)
-            ids, steps, score, attn = loop(part, limits[rows])
-            for j, b in enumerate(rows):
-                results[b] = self.result(sources[b], ids[j, :steps[j]], None if attn is None else attn[j],
-                                         float(score[j]), None if part.self_attn is None else part.self_attn[j])
+            for b, d in zip(rows, loop([sources[b] for b in rows], part, limits[rows])):
+                results[b] = d
         return results
 
     def _loops(self, run: Running) -> list[tuple[np.ndarray, Callable]]:
@@ -325,33 +325,22 @@ class Engine:
         return [(rows, loop) for rows, loop in ((every[soft], self._loop_greedy), (every[~soft], self._step_greedy))
                 if len(rows)]
 
-    def _loop_greedy(self, run: Running, limits: np.ndarray):
-        """All steps in one call to the ONNX Loop graph: ids (B, T), steps (B,), score (B,), attn (B, T, S)."""
-        inputs = {"y_prev": run.y_prev, **run.state, "enc_out": run.enc_out, "keys": run.keys,
-                  "pad_mask": run.pad_mask, "top_k": run.top_k, "max_output_len": limits.astype(np.int64)}
-        out = dict(zip(self._loop_outputs, self.greedy_loop.run(None, {n: inputs[n] for n in self._loop_inputs})))
-        return out["ids"], out["steps"], out["score"], out.get("attn")
+    def _loop_greedy(self, sources: list[list[str]], run: Running, limits: np.ndarray) -> list[Decoded]:
+        """All steps in one call to the ONNX Loop graph, the accelerator of _step_greedy: the same ids, steps
+        and attention, but each row's log_prob added up in float32 (the Loop's own Add) where the step path
+        adds in float64, so the two may differ in its last bits. tests/test_decoding_parity.py holds the
+        Loop to the core run in float32, bit for bit."""
+        ids, steps, log_prob, attn = run_loop(self.greedy_loop, self._loop_inputs, self._loop_outputs, run, limits)
+        return [self.result(tokens, ids[j, :steps[j]], None if attn is None else attn[j], float(log_prob[j]),
+                            None if run.self_attn is None else run.self_attn[j]) for j, tokens in enumerate(sources)]
 
-    def _step_greedy(self, run: Running, limits: np.ndarray):
-        """One decoder-graph call per step: the same outputs as _loop_greedy."""
-        B = len(run)
-        done = np.zeros(B, dtype=bool)
-        score = np.zeros(B, dtype=np.float64)
-        steps = np.zeros(B, dtype=np.int64)  # decoder steps each row took, </s> included
-        steps_ids, steps_attn = [], []
-        for _ in range(int(limits.max())):
-            log_probs, attn, run = self.step(run)
-            y = log_probs.argmax(axis=-1)  # (B,)
-            score += np.where(done, 0.0, log_probs[np.arange(B), y])
-            steps += ~done
-            steps_ids.append(np.where(done, self.pad_id, y))
-            steps_attn.append(attn)  # (B, S) or None
-            done |= (y == self.eos_id) | (steps >= limits)
-            run.y_prev = y
-            if done.all():
-                break
-        ids = np.stack(steps_ids, axis=1)  # (B, T)
-        return ids, steps, score, np.stack(steps_attn, axis=1) if self.has_attention else None  # (B, T, S)
+    def _step_greedy(self, sources: list[list[str]], run: Running, limits: np.ndarray,
+                     log_prob_dtype: Callable = float) -> list[Decoded]:
+        """One decoder-graph call per step, through the decoding core (strategy.py)."""
+        hyps = strategy.greedy(self.step, run, limits, self.eos_id, log_prob_dtype)
+        return [self.result(tokens, h.ids, h.attention(len(tokens)), float(h.log_prob),
+                            None if run.self_attn is None else run.self_attn[j])
+                for j, (tokens, h) in enumerate(zip(sources, hyps))]
 
     def warm_up(self, sources: list[list[str]]) -> None:
         """Run every session once, since the first run of each is the slow one: the encoder and
@@ -363,15 +352,16 @@ class Engine:
     def limit(self, max_output_len: int) -> int:
         return min(max_output_len or self.cfg.max_output_len, self.cfg.max_output_len)
 
-    def result(self, src_tokens: list[str], ids, attn: np.ndarray | None, score: float,
+    def result(self, src_tokens: list[str], ids, attn: np.ndarray | None, log_prob: float,
                self_attn: np.ndarray | None = None) -> Decoded:
-        """A Decoded from one row's emitted ids (</s> last when finished), its (>=T, >=S) attention
-        (None without attention) and its (heads, >=S, >=S) self-attention (None without)."""
+        """A Decoded from one row's emitted ids (</s> last when finished), their log_prob, its (>=T, >=S)
+        attention (None without attention) and its (heads, >=S, >=S) self-attention (None without).
+        Decoded.score is that log_prob (docs/glossary.md)."""
         steps, S = len(ids), len(src_tokens)
         out = [int(i) for i in ids if i != self.eos_id]
         finished = steps > 0 and int(ids[steps - 1]) == self.eos_id
         return Decoded(src_tokens=list(src_tokens), output_ids=out,
-                       output_tokens=[self.tgt_vocab[i] for i in out], score=score,
+                       output_tokens=[self.tgt_vocab[i] for i in out], score=log_prob,
                        attn=None if attn is None else np.ascontiguousarray(attn[:steps, :S], dtype=np.float32),
                        finished=finished,
                        self_attn=None if self_attn is None else np.ascontiguousarray(self_attn[:, :S, :S]))

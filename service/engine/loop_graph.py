@@ -2,19 +2,22 @@
 
 Built when the engine loads, from whichever decoder-step graph it serves (fp32 or
 int8): the step graph stays the one artifact, and its nodes become the Loop's body,
-with argmax, the running score and the stop test (</s> or each row's length limit)
+with argmax, the running log_prob and the stop test (</s> or each row's length limit)
 added around them. The engine builds it around `soft_only(step)`: the step without
 the hard / top-k attention nodes, which a soft row (the default) never needs. One
 onnxruntime call then decodes a whole batch, instead of one call per step with numpy
-between. The server uses it for
-request-level batching; continuous batching and beam search need the Python step
-loop (rows join, leave and reorder between steps), so both paths stay, and export
-checks parity with PyTorch through both.
+between. It is an accelerator of the decoding core's GreedySearch over a whole batch
+(service/engine/strategy.py), which it answers as bit for bit (tests/test_decoding_parity.py)
+but for adding each row's log_prob in float32. The server uses it for request-level
+batching; continuous batching and beam search need the core's step loop (rows join,
+leave and reorder between steps), so both paths stay, and export checks parity with
+PyTorch through both.
 
 Inputs are the encoder's outputs as the step graph names them (y_prev, h, c, feed, align,
 enc_out, keys, pad_mask, top_k), plus `max_output_len` (B,): each row's step limit.
 Outputs: ids (B, T), each step's emitted id (</s> included, then pad; Decoded.output_ids
-leaves </s> out), steps (B,), score (B,) and, for a model with attention, attn (B, T, S).
+leaves </s> out), steps (B,), log_prob (B,) (each row's, </s> included, added up in float32) and, for a
+model with attention, attn (B, T, S).
 """
 from __future__ import annotations
 
@@ -61,8 +64,8 @@ def _body_weights(step: onnx.GraphProto) -> set[str]:
 
 def _greedy_body(step: onnx.GraphProto, state: list[str], has_attn: bool, eos_id: int, pad_id: int,
                  weights: set[str]):
-    """One iteration: the step graph's nodes, then argmax, score, stop test. Carries
-    (y_prev, *state, done, steps, score); scans (ids, attn). Holds the step's `weights` (_body_weights)."""
+    """One iteration: the step graph's nodes, then argmax, log_prob, stop test. Carries
+    (y_prev, *state, done, steps, log_prob); scans (ids, attn). Holds the step's `weights` (_body_weights)."""
     F, I64, BOOL = TensorProto.FLOAT, TensorProto.INT64, TensorProto.BOOL
     nodes = list(step.node) + [
         _const("loop_zero_f", np.float32(0)), _const("loop_zero_i", np.int64(0)),
@@ -74,7 +77,7 @@ def _greedy_body(step: onnx.GraphProto, state: list[str], has_attn: bool, eos_id
         oh.make_node("Squeeze", ["loop_lp_col", "loop_axis1"], ["loop_lp"]),  # (B,)
         # Finished rows keep stepping with the batch but add nothing and emit pad.
         oh.make_node("Where", ["loop_done", "loop_zero_f", "loop_lp"], ["loop_lp_live"]),
-        oh.make_node("Add", ["loop_score", "loop_lp_live"], ["loop_score_next"]),
+        oh.make_node("Add", ["loop_log_prob", "loop_lp_live"], ["loop_log_prob_next"]),
         oh.make_node("Not", ["loop_done"], ["loop_live"]),
         oh.make_node("Cast", ["loop_live"], ["loop_live_i"], to=I64),
         oh.make_node("Add", ["loop_steps", "loop_live_i"], ["loop_steps_next"]),
@@ -90,10 +93,10 @@ def _greedy_body(step: onnx.GraphProto, state: list[str], has_attn: bool, eos_id
     ]
     inputs = ([_value("loop_iter", I64, []), _value("loop_cond_in", BOOL, []), _value("y_prev", I64)]
               + [_value(n, F) for n in state]
-              + [_value("loop_done", BOOL), _value("loop_steps", I64), _value("loop_score", F)])
+              + [_value("loop_done", BOOL), _value("loop_steps", I64), _value("loop_log_prob", F)])
     outputs = ([_value("loop_cond_out", BOOL, []), _value("loop_y", I64)]
                + [_value(f"{n}_next", F) for n in state]
-               + [_value("loop_done_next", BOOL), _value("loop_steps_next", I64), _value("loop_score_next", F),
+               + [_value("loop_done_next", BOOL), _value("loop_steps_next", I64), _value("loop_log_prob_next", F),
                   _value("loop_out_y", I64)] + ([_value("attn", F)] if has_attn else []))
     return oh.make_graph(nodes, "greedy_step", inputs, outputs,
                          initializer=[t for t in step.initializer if t.name in weights])
@@ -164,9 +167,9 @@ def build_greedy_loop(step: onnx.ModelProto, eos_id: int, pad_id: int) -> onnx.M
         oh.make_node("Equal", ["y_prev", "y_prev"], ["all_true"]),
         oh.make_node("Not", ["all_true"], ["done0"]),  # (B,) False
         oh.make_node("Sub", ["max_output_len", "max_output_len"], ["steps0"]),  # (B,) 0
-        oh.make_node("Cast", ["steps0"], ["score0"], to=F),  # (B,) 0.0
-        oh.make_node("Loop", ["max_steps", "cond0", "y_prev", *state, "done0", "steps0", "score0"],
-                     ["y_last", *[f"{n}_last" for n in state], "done", "steps", "score", "ids_tb"]
+        oh.make_node("Cast", ["steps0"], ["log_prob0"], to=F),  # (B,) 0.0
+        oh.make_node("Loop", ["max_steps", "cond0", "y_prev", *state, "done0", "steps0", "log_prob0"],
+                     ["y_last", *[f"{n}_last" for n in state], "done", "steps", "log_prob", "ids_tb"]
                      + (["attn_tbs"] if has_attn else []), body=body),
         oh.make_node("Transpose", ["ids_tb"], ["ids"], perm=[1, 0]),  # (T, B) -> (B, T)
     ] + ([oh.make_node("Transpose", ["attn_tbs"], ["attn"], perm=[1, 0, 2])] if has_attn else [])
@@ -174,9 +177,19 @@ def build_greedy_loop(step: onnx.ModelProto, eos_id: int, pad_id: int) -> onnx.M
         nodes, "greedy_decode",
         [inputs["y_prev"], *[inputs[n] for n in state + outer], _value("max_output_len", I64, ["batch"])],
         [_value("ids", I64, ["batch", "steps"]), _value("steps", I64, ["batch"]),
-         _value("score", F, ["batch"])]
+         _value("log_prob", F, ["batch"])]
         + ([_value("attn", F, ["batch", "steps", "src_time"])] if has_attn else []),
         initializer=[t for t in step.graph.initializer if t.name not in body_weights])
     model = oh.make_model(graph, opset_imports=list(step.opset_import), ir_version=step.ir_version)
     onnx.checker.check_model(model)
     return model
+
+
+def run_loop(session, input_names: list[str], output_names: list[str], run, limits: np.ndarray):
+    """One greedy decode of `run` (service/engine/engine.py Running) through a Loop session whose inputs and
+    outputs are named so, each row to limits[row] steps at most: ids (B, T), steps (B,), log_prob (B,)
+    float32, attn (B, T, S) or None."""
+    inputs = {"y_prev": run.y_prev, **run.state, "enc_out": run.enc_out, "keys": run.keys,
+              "pad_mask": run.pad_mask, "top_k": run.top_k, "max_output_len": limits.astype(np.int64)}
+    out = dict(zip(output_names, session.run(None, {n: inputs[n] for n in input_names})))
+    return out["ids"], out["steps"], out["log_prob"], out.get("attn")
