@@ -6,6 +6,8 @@ separators (compound.py); then each source from the response cache (cache.py), e
 overrides and the lexicon (lexicon.py: a given pronunciation, forced through the model for its
 score and attention), else decoded by the model. What reaches the model goes through the
 batcher it holds (service/scheduling/batcher.py). Scoring given outputs comes through here too.
+Running text is read, its words answered that way once each, and its answers assembled from both
+(text.py, reading.py): the answerer hands each stage data and holds no stage that holds it.
 
 One Answerer per served model version, holding that version's engine (for its tokenizer and
 alphabet) and batcher. Knows nothing of gRPC.
@@ -15,12 +17,12 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import replace
 
-from service.answering.cache import ResponseCache
+from service.answering.cache import Answer, ResponseCache
 from service.answering.compound import SEPARATORS, join_words, split_words
-from service.answering.lexicon import Lexicon
-from service.answering.reading import Reading, TextAnswer, check_alphabet
-from service.answering.alphabet import is_arpabet
-from service.answering.text import TextReader
+from service.answering.lexicon import KnownWords, Lexicon
+from service.answering.reading import SaidMemo, TextAnswer, assemble, check_alphabet, word_keys, word_separator
+from service.answering.alphabet import IPA, is_arpabet
+from service.answering.text import Script, TextReader
 from service.answering.textrules import TextRules
 from service.config import AnswerConfig
 from service.domain import GREEDY, Decoded, DecodeOptions, InvalidInput, NotReady
@@ -29,7 +31,6 @@ from service.metrics import ModelMetrics
 from service.scheduling.batcher import Batcher
 
 
-UNREADABLE_ENTRIES = 50000  # words whose readability is remembered (emptied whole when full)
 OPTIONS_ENTRIES = 1000  # distinct decode options kept as one object each (emptied whole when full)
 
 
@@ -48,9 +49,10 @@ class Answerer:
         self.precision = engine.precision
         self.is_arpabet = is_arpabet(engine.tgt_vocab)
         self.text_rules = text_rules or TextRules()
-        self._unreadable_seen: dict[str, list[int]] = {}  # running text repeats its words
         self._options: dict[DecodeOptions, DecodeOptions] = {}
-        self._reading = Reading(self, TextReader(self.text_rules, self._known, self._unreadable))
+        self._reader = TextReader(self.text_rules)
+        self._script: Script | None = None  # what the model reads, as values: made at the first text
+        self._said = SaidMemo(self.tgt_joiner, engine.tgt_vocab, cfg.lexicon)
 
     async def transduce(self, texts: list[str], options: DecodeOptions = GREEDY,
                         deadline_s: float | None = None) -> list[list[Decoded]]:
@@ -66,9 +68,9 @@ class Answerer:
         words = [self._words(t) for t in texts]  # None: not several words
         sources = self._sources(texts, options, words)
         if all(w is None for w in words):
-            return await self._answer(sources, options, deadline_s)
+            return [a.hyps for a in await self._answer(sources, options, deadline_s)]
         parts = [[tokens] if ws is None else [self.engine.tokenize(w) for w in ws] for tokens, ws in zip(sources, words)]
-        answers = await self._answer([p for ps in parts for p in ps], options, deadline_s)
+        answers = [a.hyps for a in await self._answer([p for ps in parts for p in ps], options, deadline_s)]
         out, k = [], 0
         for tokens, ws, ps in zip(sources, words, parts):
             part = answers[k:k + len(ps)]
@@ -80,35 +82,27 @@ class Answerer:
                              alphabet: str = "", separator: str | None = None,
                              attention: bool = True) -> list[TextAnswer]:
         """Running texts: each read into tokens (service/answering/text.py) in the model's language,
-        their words answered as transduce() answers words, all of a call's words in one submission
-        (reading.py). alphabet: "" or "model" (the model's symbols), "arpabet", "ipa" (ARPAbet models)."""
+        their words answered as transduce() answers words, each once, all of a call's words in one
+        submission, then each text's answer assembled (reading.py). alphabet: "" or "model" (the
+        model's symbols), "arpabet", "ipa" (ARPAbet models)."""
         if not self.batcher.running:
             raise NotReady("model is not loaded yet")
         check_alphabet(alphabet, self.is_arpabet, self.engine.name)
-        return await self._reading.read(texts, options, deadline_s, alphabet, separator, attention)
-
-    def _known(self, word: str) -> bool:
-        return self.cfg.lexicon and self.lexicon.lookup(self.engine.tokenize(word)) is not None
-
-    def _unreadable(self, word: str) -> list[int]:
-        """Positions in `word` of its characters the model cannot read (after its normalization)."""
-        if self.engine.src_tokens_kind != "chars":
-            return [] if self.engine.tokenize(word) and not self.engine.unknown_symbols(self.engine.tokenize(word)) \
-                else list(range(len(word)))
-        seen = self._unreadable_seen.get(word)
-        if seen is None:
-            alphabet = self.engine.alphabet
-            seen = [] if alphabet.issuperset(self.engine.normalize(word)) else \
-                [i for i, c in enumerate(word) if any(n not in alphabet for n in self.engine.normalize(c))]
-            if len(self._unreadable_seen) >= UNREADABLE_ENTRIES:
-                self._unreadable_seen.clear()
-            self._unreadable_seen[word] = seen
-        return seen
-
-    async def answer_words(self, sources: list[list[str]], options: DecodeOptions,
-                           deadline_s: float | None) -> list[list[Decoded]]:
-        """Single words already tokenized and checked (a text's): from the cache, the lexicon or the model."""
-        return await self._answer(sources, options, deadline_s)
+        options = self.same_options(replace(options, n_best=1, beam_size=min(options.beam_size, 16)))
+        if self._script is None:
+            engine = self.engine
+            self._script = Script(engine.src_tokens_kind == "chars", frozenset(engine.alphabet), engine.normalize,
+                                  engine.tokenize)
+        known = KnownWords(self.lexicon, self.engine.tokenize) if self.cfg.lexicon else frozenset()
+        read = [self._reader.read(t, self._script, known) for t in texts]
+        keys = word_keys(read, options.allow_unknown, self.engine.tokenize)
+        unique = list(dict.fromkeys(keys.values()))
+        answers = await self._answer([list(k) for k in unique], options, deadline_s)
+        ipa = alphabet == IPA
+        said = {k: self._said.get(k, a, options, ipa) for k, a in zip(unique, answers)}
+        separator = word_separator(separator, ipa, self.tgt_joiner)
+        return [assemble(text, tokens, keys, said, options.allow_unknown, separator, attention, self._script.normalize)
+                for text, tokens in zip(texts, read)]
 
     def same_options(self, options: DecodeOptions) -> DecodeOptions:
         """One object for equal options: each call parses its own, and the cache's keys (a word and its
@@ -118,31 +112,38 @@ class Answerer:
         return self._options.setdefault(options, options)
 
     async def _answer(self, sources: list[list[str]], options: DecodeOptions,
-                      deadline_s: float | None) -> list[list[Decoded]]:
-        """Each source from the cache, else the lexicon (forced), else the model."""
+                      deadline_s: float | None) -> list[Answer]:
+        """Each source from the cache, else the lexicon (forced), else the model; each answer with the
+        pronunciations its one lexicon lookup found."""
         lexicon, cache, options = self.lexicon, self.cache, self.same_options(options)
-        out: list[list[Decoded]] = [[] for _ in sources]
+        out: list[Answer | None] = cache.get_many([(tuple(t), options) for t in sources])
+        hyps_of: dict[int, list[Decoded]] = {}  # what the batcher answers, by input index
+        found_of: dict[int, tuple] = {}  # what the lexicon has, by input index
         work = []  # (input index, forced target or None, origin)
-        for i, (tokens, cached) in enumerate(zip(sources, cache.get_many([(tuple(t), options) for t in sources]))):
+        for i, (tokens, cached) in enumerate(zip(sources, out)):
             if cached is not None:
-                out[i] = cached
                 continue
             found = None if options.bypass_lexicon or not self.cfg.lexicon else lexicon.lookup(tokens)
+            hyps_of[i] = []
             if found is None:
                 work.append((i, None, "MODEL"))
             else:
+                found_of[i] = found
                 work += [(i, target, found[0]) for target in found[1][:options.n_best]]
         if work:
             results = await self.batcher.submit([(sources[i], target) for i, target, _ in work], options, deadline_s)
             for (i, target, origin), hyps in zip(work, results):
-                out[i] += hyps if target is None else [replace(hyps[0], origin=origin)]
-            for i in sorted({i for i, _, _ in work}):
+                hyps_of[i] += hyps if target is None else [replace(hyps[0], origin=origin)]
+            for i in sorted(hyps_of):
+                hyps = hyps_of[i]
                 unknown = tuple(p for p, _ in self.engine.unknown_symbols(sources[i]))
                 if unknown:  # allow_unknown: say where the model saw symbols it does not know
-                    out[i] = [replace(h, unknown_positions=unknown) for h in out[i]]
+                    hyps = [replace(h, unknown_positions=unknown) for h in hyps]
+                found = found_of.get(i)
+                out[i] = Answer(hyps, None if found is None else found[1])
                 if cache is self.cache:  # the overrides did not change meanwhile
                     cache.put((tuple(sources[i]), options), out[i])
-        for origin, n in Counter(hyps[0].origin for hyps in out).items():  # once per origin: a text has many words
+        for origin, n in Counter(a.hyps[0].origin for a in out).items():  # once per origin: a text has many words
             self.metrics.answers.labels(origin).inc(n)
         return out
 
@@ -155,7 +156,7 @@ class Answerer:
     def set_text_rules(self, rules: TextRules) -> None:
         """The model's own text rules file changed (one step on the event loop)."""
         self.text_rules = rules
-        self._reading = Reading(self, TextReader(rules, self._known, self._unreadable))
+        self._reader = TextReader(rules)
 
     async def score(self, pairs: list[tuple[str, str]], options: DecodeOptions = GREEDY,
                     deadline_s: float | None = None) -> list[Decoded]:

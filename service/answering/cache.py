@@ -8,19 +8,30 @@ Only the event loop touches it: no lock.
 from __future__ import annotations
 
 from collections import OrderedDict
+from typing import NamedTuple
 
+from service.answering.lexicon import Targets
 from service.domain import Decoded, DecodeOptions
 
 Key = tuple[tuple[str, ...], DecodeOptions]
+
+
+class Answer(NamedTuple):
+    """A source's answer as the answerer made it: its hypotheses, best first, and what the one
+    lexicon lookup found for it: the pronunciations it was answered from (the lexicon's or the
+    overrides', hyps[0].origin says which), None when the model decoded it."""
+
+    hyps: list[Decoded]
+    pronunciations: Targets | None = None
 
 
 class ResponseCache:
     def __init__(self, max_entries: int, metrics):
         self.max_entries = max_entries
         self.metrics = metrics  # ModelMetrics: cache_lookups{result}, cache_evictions, cache_entries
-        self._entries: OrderedDict[Key, list[Decoded]] = OrderedDict()
+        self._entries: OrderedDict[Key, Answer] = OrderedDict()
 
-    def get_many(self, keys: list[Key]) -> list[list[Decoded] | None]:
+    def get_many(self, keys: list[Key]) -> list[Answer | None]:
         """Each key's answer, or None; the lookups counted once per call, not once per word (a text's
         words are many, and a labelled counter's increment is not free)."""
         if not self.max_entries:
@@ -38,7 +49,7 @@ class ResponseCache:
             self.metrics.cache_lookups.labels("miss").inc(len(keys) - hits)
         return found
 
-    def put(self, key: Key, value: list[Decoded]) -> None:
+    def put(self, key: Key, value: Answer) -> None:
         if not self.max_entries:
             return
         self._entries[key] = value

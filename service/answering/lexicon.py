@@ -72,6 +72,18 @@ class Lexicon:
         return Lexicon(self.entries, overrides)
 
 
+@dataclass(frozen=True)
+class KnownWords:
+    """The words a lexicon has, as written: `word in known` tokenizes the word as the model does and
+    looks it up, the overrides first (what a text reader asks of an acronym)."""
+
+    lexicon: Lexicon
+    tokenize: Callable[[str], list[str]]
+
+    def __contains__(self, word: str) -> bool:
+        return self.lexicon.lookup(self.tokenize(word)) is not None
+
+
 def _lines(path: Path, tokenize: Callable[[str], list[str]], tokenize_target: Callable[[str], list[str]],
            target_ids: Callable[[list[str]], list[int]]) -> Iterator[tuple[int, str, list[str], list[int]]]:
     """(line number, source as written, its tokens, its target ids) of each `source<TAB>target` line.

@@ -1,18 +1,24 @@
-"""Texts through the per-word path: each text read into tokens (text.py), their words answered as
-single words are (the cache keyed by word, the overrides and the lexicon, else the model), many
-words in one submission to the batcher (the words of every text of the call at once, each decoded as
-its own short sequence), and each word's attention mapped back onto the characters of the text.
+"""Texts through the per-word path, as data: the answerer (answerer.py) reads each text into
+tokens (text.py), answers the words of every text of the call at once as single words are answered
+(the cache keyed by word, the overrides and the lexicon, else the model; each word once, in one
+submission to the batcher, each decoded as its own short sequence), and this module makes the
+texts' answers from the read tokens and those words' answers: a pure function of them, each word's
+attention mapped back onto the characters of the text.
 
 A word the lexicon has several pronunciations of (read, record, live, lead) gets the lexicon's first,
-its primary one, and says so; the others come as alternatives. Nothing chooses by context here.
+its primary one, and says so; the others come as alternatives, from the pronunciations the one
+lookup found (cache.Answer). Nothing chooses by context here.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Callable
 
 import numpy as np
 
 from service.answering.alphabet import IPA, MODEL, to_ipa
+from service.answering.cache import Answer
+from service.answering.lexicon import Targets
 from service.answering.text import PUNCTUATION, Spoken, Token, joined, spoken_text
 from service.domain import LEXICON, OVERRIDE, Decoded, DecodeOptions, InvalidInput
 
@@ -49,7 +55,19 @@ class TextAnswer:
         return sum(w.hyp.score for t in self.tokens for w in t.words)
 
 
-def char_attention(engine, word: Spoken, attn: np.ndarray) -> np.ndarray:
+@dataclass(frozen=True)
+class Said:
+    """A word's answer as shown: its symbols and string in the alphabet asked for, the lexicon's
+    other pronunciations (same alphabet), and why this pronunciation."""
+
+    hyp: Decoded
+    tokens: list[str]
+    text: str
+    alternatives: tuple[str, ...]
+    choice: str
+
+
+def char_attention(normalize: Callable[[str], str], word: Spoken, attn: np.ndarray) -> np.ndarray:
     """A word's attention (rows, its source symbols) on the text's characters [word.start, word.end):
     each symbol's column onto the character it came from where the word is read as written (a
     character's normalization may give it none, or several), else each row spread evenly over the
@@ -57,7 +75,7 @@ def char_attention(engine, word: Spoken, attn: np.ndarray) -> np.ndarray:
     width = word.end - word.start
     out = np.zeros((attn.shape[0], width), dtype=np.float32)
     if word.letters is not None:
-        columns = [pos - word.start for c, pos in zip(word.text, word.letters) for _ in engine.normalize(c)]
+        columns = [pos - word.start for c, pos in zip(word.text, word.letters) for _ in normalize(c)]
         if len(columns) == attn.shape[1]:
             np.add.at(out, (slice(None), columns), attn)
             return out
@@ -65,11 +83,11 @@ def char_attention(engine, word: Spoken, attn: np.ndarray) -> np.ndarray:
     return out
 
 
-def _choice(found, origin: str, options: DecodeOptions, lexicon_on: bool) -> str:
+def _choice(pronunciations: Targets | None, origin: str, options: DecodeOptions, lexicon_on: bool) -> str:
     if origin == OVERRIDE:
         return "override: the model's own word"
     if origin == LEXICON:
-        n = len(found[1]) if found else 1
+        n = len(pronunciations) if pronunciations else 1
         return "lexicon: its only pronunciation" if n == 1 else \
             f"lexicon: the first of its {n} pronunciations (the primary one; no context model)"
     if options.bypass_lexicon or not lexicon_on:
@@ -77,77 +95,77 @@ def _choice(found, origin: str, options: DecodeOptions, lexicon_on: bool) -> str
     return "model: not in the lexicon"
 
 
-class Reading:
-    """What a text call needs of an answerer: its engine (normalization, alphabet), its lexicon and
-    its transduce(), the per-word path."""
+def word_keys(read: list[list[Token]], allow_unknown: bool,
+              tokenize: Callable[[str], list[str]]) -> dict[str, tuple[str, ...]]:
+    """Each word the texts are read as, as written -> as the model tokenizes it: the words to answer
+    (a token's with something unreadable only where unknown symbols are allowed)."""
+    keys: dict[str, tuple[str, ...]] = {}
+    for tokens in read:
+        for t in tokens:
+            if t.words and (not t.unread or allow_unknown):
+                for w in t.words:
+                    if w.text not in keys:
+                        keys[w.text] = tuple(tokenize(w.text))
+    return keys
 
-    def __init__(self, answerer, reader):
-        self.answerer, self.reader = answerer, reader
-        self.engine = answerer.engine
-        # A word's answer as shown, kept while the answer it was made from is the one the answerer
-        # gives (the same object, out of its response cache): running text repeats its words.
-        self._said: dict = {}
 
-    async def read(self, texts: list[str], options: DecodeOptions, deadline_s: float | None,
-                   alphabet: str = "", separator: str | None = None, attention: bool = True) -> list[TextAnswer]:
-        options = self.answerer.same_options(replace(options, n_best=1, beam_size=min(options.beam_size, 16)))
-        read = [self.reader.read(t) for t in texts]
-        keys: dict[str, tuple[str, ...]] = {}  # each word as written -> as the model tokenizes it, once per call
-        for tokens in read:
-            for t in tokens:
-                if t.words and (not t.unread or options.allow_unknown):
-                    for w in t.words:
-                        if w.text not in keys:
-                            keys[w.text] = tuple(self.engine.tokenize(w.text))
-        unique = list(dict.fromkeys(keys.values()))
-        answers = dict(zip(unique, await self.answerer.answer_words([list(k) for k in unique], options, deadline_s)))
-        ipa = alphabet == IPA
-        if separator is None:
-            separator = PLAIN_WORDS if ipa or self.answerer.tgt_joiner == "" else ARPABET_WORDS
-        return [self._text(text, tokens, keys, answers, options, ipa, separator, attention)
-                for text, tokens in zip(texts, read)]
+def said_of(answer: Answer, options: DecodeOptions, ipa: bool, joiner: str, tgt_vocab: list[str],
+            lexicon_on: bool) -> Said:
+    """A word's answer as shown, from its hypothesis and the pronunciations its lookup found."""
+    hyp = answer.hyps[0]
+    alternatives = []
+    if answer.pronunciations is not None:
+        alternatives = [[tgt_vocab[i] for i in ids] for ids in answer.pronunciations if ids != hyp.output_ids]
+    if ipa:
+        tokens, text = to_ipa(hyp.output_tokens)
+        shown = tuple(to_ipa(a)[1] for a in alternatives)
+    else:
+        tokens, text = list(hyp.output_tokens), joiner.join(hyp.output_tokens)
+        shown = tuple(joiner.join(a) for a in alternatives)
+    return Said(hyp, tokens, text, shown, _choice(answer.pronunciations, hyp.origin, options, lexicon_on))
 
-    def _text(self, text: str, tokens: list[Token], keys: dict, answers: dict, options: DecodeOptions, ipa: bool,
-              separator: str, attention: bool) -> TextAnswer:
-        out, parts = [], []
-        for token in tokens:
-            said = []
-            if token.words and (not token.unread or options.allow_unknown):
-                said = [self._word(w, keys[w.text], answers[keys[w.text]][0], options, ipa, attention)
-                        for w in token.words]
-            out.append(TokenAnswer(token, tuple(said)))
-            parts.append(separator.join(w.text for w in said) if said else token.text)
-        shown = [replace(t, words=()) if not a.words and t.kind != PUNCTUATION else t for t, a in zip(tokens, out)]
-        return TextAnswer(text, tuple(out), spoken_text(text, tokens), joined(text, shown, parts, separator))
 
-    def _word(self, word: Spoken, key: tuple[str, ...], hyp: Decoded, options: DecodeOptions, ipa: bool,
-              attention: bool) -> WordAnswer:
-        said = self._said.get((key, ipa, options))
-        if said is None or said[0] is not hyp:  # not seen, or answered anew since (a new cache, new overrides)
-            said = (hyp, *self._pronounced(key, hyp, options, ipa))
+class SaidMemo:
+    """Words' answers as shown, each kept while the answer it was made from is the one the answerer
+    gives (the same hypothesis, out of its response cache): running text repeats its words. Holds the
+    model's output vocabulary and joiner and whether its lexicon is on, as values."""
+
+    def __init__(self, joiner: str, tgt_vocab: list[str], lexicon_on: bool):
+        self.joiner, self.tgt_vocab, self.lexicon_on = joiner, tgt_vocab, lexicon_on
+        self._said: dict[tuple, Said] = {}
+
+    def get(self, key: tuple[str, ...], answer: Answer, options: DecodeOptions, ipa: bool) -> Said:
+        shown = self._said.get((key, ipa, options))
+        if shown is None or shown.hyp is not answer.hyps[0]:  # not seen, or answered anew since
+            shown = said_of(answer, options, ipa, self.joiner, self.tgt_vocab, self.lexicon_on)
             if len(self._said) >= SAID_ENTRIES:
                 self._said.clear()
-            self._said[(key, ipa, options)] = said
-        _, tokens, text, shown, choice = said
-        char_attn = char_attention(self.engine, word, hyp.attn) if attention and hyp.attn is not None else None
-        return WordAnswer(word, hyp, tokens, text, char_attn, shown, choice)
+            self._said[(key, ipa, options)] = shown
+        return shown
 
-    def _pronounced(self, key: tuple[str, ...], hyp: Decoded, options: DecodeOptions, ipa: bool):
-        """A word's answer as shown: its symbols and string in the alphabet asked for, the lexicon's
-        other pronunciations, and why this one."""
-        joiner = self.answerer.tgt_joiner
-        found = self.answerer.lexicon.lookup(list(key)) if hyp.origin in (LEXICON, OVERRIDE) else None
-        alternatives = []
-        if found is not None:
-            vocab = self.engine.tgt_vocab
-            alternatives = [[vocab[i] for i in ids] for ids in found[1] if ids != hyp.output_ids]
-        if ipa:
-            tokens, text = to_ipa(hyp.output_tokens)
-            shown = tuple(to_ipa(a)[1] for a in alternatives)
-        else:
-            tokens, text = list(hyp.output_tokens), joiner.join(hyp.output_tokens)
-            shown = tuple(joiner.join(a) for a in alternatives)
-        return tokens, text, shown, _choice(found, hyp.origin, options, self.answerer.cfg.lexicon)
+
+def word_separator(separator: str | None, ipa: bool, joiner: str) -> str:
+    """The separator asked for, else phonemes' words apart by a bar, other models' by a space."""
+    if separator is not None:
+        return separator
+    return PLAIN_WORDS if ipa or joiner == "" else ARPABET_WORDS
+
+
+def assemble(text: str, tokens: list[Token], keys: dict[str, tuple[str, ...]], said: dict[tuple[str, ...], Said],
+             allow_unknown: bool, separator: str, attention: bool, normalize: Callable[[str], str]) -> TextAnswer:
+    """A text's answer from its read tokens and its words' answers as shown (keys: word_keys())."""
+    out, parts = [], []
+    for token in tokens:
+        words = []
+        if token.words and (not token.unread or allow_unknown):
+            for w in token.words:
+                s = said[keys[w.text]]
+                char_attn = char_attention(normalize, w, s.hyp.attn) if attention and s.hyp.attn is not None else None
+                words.append(WordAnswer(w, s.hyp, s.tokens, s.text, char_attn, s.alternatives, s.choice))
+        out.append(TokenAnswer(token, tuple(words)))
+        parts.append(separator.join(w.text for w in words) if words else token.text)
+    shown = [replace(t, words=()) if not a.words and t.kind != PUNCTUATION else t for t, a in zip(tokens, out)]
+    return TextAnswer(text, tuple(out), spoken_text(text, tokens), joined(text, shown, parts, separator))
 
 
 def check_alphabet(alphabet: str, is_arpabet: bool, model_name: str) -> None:

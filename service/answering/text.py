@@ -10,15 +10,15 @@ ordinals, years, decades, decimals with the language's mark, negatives, currency
 abbreviations and titles (the language's data file, textrules.py), initials, acronyms (spelled or
 read: the lexicon, then a rule), inner apostrophes (don't, Smith's) and hyphens (well-known: two
 words and the hyphen) are read in the model's language. Pure: no model, no I/O; what the model can
-read and what its lexicon has come in as two functions.
+read comes in as values (Script), and the words its lexicon has as a container of words.
 """
 from __future__ import annotations
 
 import re
 import sys
 import unicodedata
-from dataclasses import dataclass
-from typing import Callable
+from dataclasses import dataclass, field
+from typing import Callable, Container
 
 from service.answering import numbers
 from service.answering.textrules import TextRules
@@ -26,6 +26,7 @@ from service.answering.textrules import TextRules
 WORD, NUMBER, ABBREVIATION, PUNCTUATION, SYMBOL = "word", "number", "abbreviation", "punctuation", "symbol"
 KINDS = (WORD, NUMBER, ABBREVIATION, PUNCTUATION, SYMBOL)
 CLOSING = set("\"')]}\u201d\u2019\u00bb")  # what may follow a sentence's last full stop
+UNREADABLE_ENTRIES = 50000  # words whose readability a Script remembers (emptied whole when full)
 SHOUTING = 0.7  # a text whose words are mostly capitals is shouted, not made of acronyms
 # English syllable onsets an acronym may start with and still be read as a word (NATO, SCUBA)
 ONSETS = {"bl", "br", "ch", "cl", "cr", "dr", "fl", "fr", "gl", "gr", "kn", "ph", "pl", "pr", "qu", "sc", "sh", "sk",
@@ -105,16 +106,44 @@ def _scanner(rules: TextRules) -> re.Pattern:
     return re.compile("|".join(alternatives))
 
 
-class TextReader:
-    """Reads texts by one language's rules. known(word): the lexicon has it; unreadable(word): the
-    positions in it of characters the model's alphabet cannot read."""
+@dataclass(frozen=True)
+class Script:
+    """What a model reads, as values: whether it reads characters (else whitespace-separated words),
+    the symbols it has, and its own normalization and tokenization (pure functions of a word)."""
 
-    def __init__(self, rules: TextRules, known: Callable[[str], bool] = lambda w: False,
-                 unreadable: Callable[[str], list[int]] = lambda w: []):
-        self.rules, self.known, self.unreadable = rules, known, unreadable
+    chars: bool
+    alphabet: frozenset[str]
+    normalize: Callable[[str], str]
+    tokenize: Callable[[str], list[str]]
+    # unreadable()'s answers by word: a pure function's, so equal Scripts may hold different ones
+    _seen: dict[str, list[int]] = field(default_factory=dict, compare=False, repr=False)
+
+    def unreadable(self, word: str) -> list[int]:
+        """Positions in `word` of its characters the model cannot read (after its normalization)."""
+        if not self.chars:
+            tokens = self.tokenize(word)
+            return [] if tokens and all(t in self.alphabet for t in tokens) else list(range(len(word)))
+        seen = self._seen.get(word)
+        if seen is None:
+            alphabet = self.alphabet
+            seen = [] if alphabet.issuperset(self.normalize(word)) else \
+                [i for i, c in enumerate(word) if any(n not in alphabet for n in self.normalize(c))]
+            if len(self._seen) >= UNREADABLE_ENTRIES:
+                self._seen.clear()
+            self._seen[word] = seen
+        return seen
+
+
+class TextReader:
+    """Reads texts by one language's rules into tokens: read() is a function of the rules, the text,
+    what the model reads (a Script; None: every character) and the words the lexicon has (an
+    acronym it has is read as a word). The scanner is the rules' own, compiled once."""
+
+    def __init__(self, rules: TextRules):
+        self.rules = rules
         self.scanner = _scanner(rules)
 
-    def read(self, text: str) -> list[Token]:
+    def read(self, text: str, script: Script | None = None, known: Container[str] = frozenset()) -> list[Token]:
         matches = list(self.scanner.finditer(text))
         words = [m.group() for m in matches if m.lastgroup == "word"]
         shouting = False
@@ -125,25 +154,25 @@ class TextReader:
         last = len(matches) - 1
         for i, m in enumerate(matches):
             if m.lastgroup == "word":  # most tokens: no neighbours needed
-                tokens.append(self._word(m.group(), m.start(), shouting))
+                tokens.append(self._word(m.group(), m.start(), shouting, known))
             else:
                 tokens += self._token(text, m, matches[i - 1] if i else None, matches[i + 1] if i < last else None,
-                                      shouting)
-        return [self._checked(t) for t in tokens]
+                                      shouting, known)
+        return tokens if script is None else [self._checked(t, script) for t in tokens]
 
-    def _token(self, text: str, m: re.Match, before, after, shouting: bool) -> list[Token]:
+    def _token(self, text: str, m: re.Match, before, after, shouting: bool, known: Container[str]) -> list[Token]:
         kind, start, end, written = m.lastgroup, m.start(), m.end(), m.group()
         if kind in NUMBER_GROUPS:
             return self._number(text, m)
         if kind == "abbreviation":
-            return self._abbreviation(text, m, before, after)
+            return self._abbreviation(text, m, before, after, known)
         if kind == "initial":
             letter = m.group("initial")
             if not letter.isupper():
-                return [self._word(letter, start, shouting), Token(".", PUNCTUATION, end - 1, end)]
+                return [self._word(letter, start, shouting, known), Token(".", PUNCTUATION, end - 1, end)]
             return self._sentence_end(text, Token(written, ABBREVIATION, start, end, *self._spelled(letter, start)))
         if kind == "word":
-            return [self._word(written, start, shouting)]
+            return [self._word(written, start, shouting, known)]
         if kind == "ellipsis":
             return [Token(written, PUNCTUATION, start, end)]
         if written in self.rules.symbols:  # `other`: one character
@@ -174,7 +203,7 @@ class TextReader:
         token = Token(written, NUMBER, start, end, spoken, tuple(Spoken(w, start, end) for w in re.split(r"[\s\-]+", spoken) if w))
         return self._sentence_end(text, token) if written.endswith(".") else [token]
 
-    def _abbreviation(self, text: str, m: re.Match, before, after) -> list[Token]:
+    def _abbreviation(self, text: str, m: re.Match, before, after, known: Container[str]) -> list[Token]:
         start, end, written = m.start(), m.end(), m.group()
         context = {"": True,
                    "before_capital": after is not None and after.lastgroup == "word" and after.group()[0].isupper(),
@@ -186,8 +215,8 @@ class TextReader:
                 words = tuple(Spoken(w, start, end) for w in spoken.split())
                 return self._sentence_end(text, Token(written, ABBREVIATION, start, end, spoken, words))
         if written.endswith("."):  # no reading fits here: a word and its full stop
-            return [self._word(written[:-1], start, False), Token(".", PUNCTUATION, end - 1, end)]
-        return [self._word(written, start, False)]
+            return [self._word(written[:-1], start, False, known), Token(".", PUNCTUATION, end - 1, end)]
+        return [self._word(written, start, False, known)]
 
     def _sentence_end(self, text: str, token: Token) -> list[Token]:
         """An abbreviation's full stop that also ends the text is the text's full stop as well: it
@@ -198,11 +227,11 @@ class TextReader:
                     tuple(Spoken(w.text, w.start, min(w.end, token.end - 1), w.letters) for w in token.words))
         return [cut, Token(".", PUNCTUATION, token.end - 1, token.end)]
 
-    def _word(self, written: str, start: int, shouting: bool) -> Token:
+    def _word(self, written: str, start: int, shouting: bool, known: Container[str]) -> Token:
         end = start + len(written)
         plain = written.replace("\u2019", "'")
         if not shouting and len(plain) >= 2 and plain.isalpha() and plain.isupper():  # an acronym
-            if len(plain) == 2 or not (self.known(plain) or self._pronounceable(plain)):
+            if len(plain) == 2 or not (plain in known or self._pronounceable(plain)):
                 return Token(written, ABBREVIATION, start, end, *self._spelled(plain, start))
             return Token(written, ABBREVIATION, start, end, plain.lower(),
                          (Spoken(plain.lower(), start, end, tuple(range(start, end))),))
@@ -228,14 +257,15 @@ class TextReader:
         onset = re.match(r"[^aeiou]*", w).group()
         return all(len(r) < 3 for r in runs) and (len(onset) <= 1 or onset in ONSETS)
 
-    def _checked(self, token: Token) -> Token:
+    @staticmethod
+    def _checked(token: Token, script: Script) -> Token:
         """Flag what the model cannot read: a word's own characters where they are outside its
         alphabet, a derived word's (a number's, an abbreviation's) whole token."""
         if token.unread or not token.words:
             return token
         unread: set[int] = set()
         for w in token.words:
-            bad = self.unreadable(w.text)
+            bad = script.unreadable(w.text)
             if bad and w.letters is not None:
                 unread.update(w.letters[i] for i in bad)
             elif bad:

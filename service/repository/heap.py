@@ -7,8 +7,11 @@ latency. gc.freeze() moves every object alive into a generation the collector ne
 made later are collected as before.
 
 A frozen object is still freed when its last reference goes; only cycles among frozen objects are
-never collected. A replaced or unloaded model version holds cycles (an answerer and its reading
-point at each other), so once a version is let go the heap is unfrozen, collected and frozen again.
+never collected. A model version's answering stages make no cycle (joined by data, none refers
+back to the answerer: tests/test_heap.py), so what they hold is freed by its references alone.
+Still, once a version is let go the heap is unfrozen, collected and frozen again: a cycle its
+objects may yet be part of (a stored exception's traceback, a callback) is collected, and the
+version loaded since, alive now, joins the frozen generation.
 Off until the server process turns it on (tests that load models in their own process keep the
 collector as it is).
 """
