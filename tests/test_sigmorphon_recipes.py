@@ -44,6 +44,14 @@ def test_a_mistyped_flag_in_a_recipe_is_refused(tmp_path):
         parsed(build.member_flags(study, "ady", 1, study.task.recipe_for("ady"), study.rules()))
 
 
+def test_a_misspelt_setting_in_a_recipe_is_refused(tmp_path):
+    for name in ("task", "high", "medium", "low", "transfer"):
+        text = (PACKAGE / "recipes" / f"{name}.toml").read_text(encoding="utf-8")
+        (tmp_path / f"{name}.toml").write_text(text.replace("seeds_why =", "seed_why ="), encoding="utf-8")
+    with pytest.raises(ValueError, match=r"medium.toml \[languages.dut\]: unknown keys \['seed_why'\]"):
+        study_of(recipes=tmp_path)
+
+
 def test_the_committed_tables_are_what_the_shipped_manifests_give():
     doc = ROOT / "docs" / "sigmorphon.md"
     text = doc.read_text(encoding="utf-8")

@@ -7,7 +7,7 @@ flag wins, as on its command line). Nothing here trains: build.py does."""
 from __future__ import annotations
 
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 
@@ -97,11 +97,22 @@ class Task:
         """The language's subtask's recipe, with the language's own seeds where it has them."""
         language = self.languages[lang]
         recipe = self.subtasks[language.subtask].recipe
-        return Recipe(**{**recipe.__dict__, "seeds": language.seeds}) if language.seeds else recipe
+        return replace(recipe, seeds=language.seeds) if language.seeds else recipe
 
     def of(self, subtask: str) -> list[str]:
         """The subtask's languages, in listing order."""
         return [lang for lang, language in self.languages.items() if language.subtask == subtask]
+
+
+def _known(data: dict, keys: set[str], where: str) -> dict:
+    """`data`, refused where it has a key the experiment does not read (a misspelt one would be ignored)."""
+    if unknown := set(data) - keys:
+        raise ValueError(f"{where}: unknown keys {sorted(unknown)}; known: {sorted(keys)}")
+    return data
+
+
+RECIPE_KEYS = {"train", "seeds", "cmudict_ipa", "cmudict_hints", "train_on_dev", "decoding", "decoding_chosen_on"}
+LANGUAGE_KEYS = {"model", "baseline", "train", "why", "seeds", "seeds_why", "prosody_memory"}
 
 
 def _recipe(data: dict) -> Recipe:
@@ -128,9 +139,11 @@ def load(folder: Path) -> Task:
     task = read("task")
     subtasks = {name: read(name) for name in task["table_order"]}
     transfer = read("transfer")
-    return Task(languages={lang: _language(name, data) for name in task["listing_order"]
+    return Task(languages={lang: _language(name, _known(data, LANGUAGE_KEYS, f"{name}.toml [languages.{lang}]"))
+                           for name in task["listing_order"]
                            for lang, data in subtasks[name].get("languages", {}).items()},
-                subtasks={name: Subtask(_recipe(data["recipe"]), float(data["target"]), float(data["baseline_macro"]))
+                subtasks={name: Subtask(_recipe(_known(data["recipe"], RECIPE_KEYS, f"{name}.toml [recipe]")),
+                                        float(data["target"]), float(data["baseline_macro"]))
                           for name, data in subtasks.items()},
                 train_order=tuple(task["train_order"]), beam=int(task["beam"]),
                 transfer=Transfer(pretrain_flags=argv(transfer["pretrain"]["train"]),
