@@ -131,7 +131,7 @@ frontier-ensemble: $(VENV)/.dev-installed
 	  --out build/frontier/ensemble/1
 
 # SIGMORPHON 2021 Task 1 (data/sigmorphon-2021/): a model per language on the task's own splits, each
-# trained on one CPU core in the background, exported, quantized and scored (training/sigmorphon.py);
+# trained on one CPU core in the background, exported, quantized and scored (experiments/sigmorphon/);
 # what is done is kept, so it resumes. Table: docs/sigmorphon.md. SIGMORPHON_LANGS="fre bul": only those.
 # SIGMORPHON_JOBS=2: two drivers, one a core, sharing out the languages (each passes over those the
 # other is building).
@@ -139,14 +139,14 @@ SIGMORPHON_LANGS ?=
 SIGMORPHON_JOBS ?= 1
 .PHONY: sigmorphon
 sigmorphon: $(VENV)/.dev-installed
-	seq $(SIGMORPHON_JOBS) | xargs -P $(SIGMORPHON_JOBS) -I{} nice -n 10 $(PY) -m training.sigmorphon \
+	seq $(SIGMORPHON_JOBS) | xargs -P $(SIGMORPHON_JOBS) -I{} nice -n 10 $(PY) -m experiments.sigmorphon build \
 	  $(if $(SIGMORPHON_LANGS),--langs $(SIGMORPHON_LANGS))
 
 # The low languages again, each pretrained on the task's other languages first: not under the subtask's rules,
-# a row of its own in docs/sigmorphon.md (training/sigmorphon_transfer.py); models in models-transfer/.
+# a row of its own in docs/sigmorphon.md (experiments/sigmorphon/transfer.py); models in models-transfer/.
 .PHONY: sigmorphon-transfer
 sigmorphon-transfer: $(VENV)/.dev-installed
-	seq $(SIGMORPHON_JOBS) | xargs -P $(SIGMORPHON_JOBS) -I{} nice -n 10 $(PY) -m training.sigmorphon_transfer \
+	seq $(SIGMORPHON_JOBS) | xargs -P $(SIGMORPHON_JOBS) -I{} nice -n 10 $(PY) -m experiments.sigmorphon transfer \
 	  $(if $(SIGMORPHON_LANGS),--langs $(SIGMORPHON_LANGS))
 
 # Several checkpoints export their ensemble (training/ensemble.py), e.g.

@@ -20,9 +20,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from training.sigmorphon import DATA  # noqa: E402
-from training.sigmorphon_recipes import BEAM, LANGS  # noqa: E402
-from training.sigmorphon_transfer import SUFFIX  # noqa: E402
+from experiments.sigmorphon.layout import Paths, Study  # noqa: E402
+from experiments.sigmorphon.task import load  # noqa: E402
 
 
 def served_wer(server: str, model: str, gold: Path, beam: int) -> float:
@@ -37,15 +36,18 @@ def main(argv=None):
     p.add_argument("--server", default="localhost:50051")
     p.add_argument("--repository", type=Path, default=REPO / "models", help="the model repository the server serves")
     args = p.parse_args(argv)
+    study = Study(load(REPO / "experiments" / "sigmorphon" / "recipes"), Paths.under(REPO))
+    beam, suffix = study.task.beam, study.task.transfer.suffix
     same = total = 0
-    for lang, (subtask, base, _) in sorted(LANGS.items(), key=lambda kv: (kv[1][0], kv[0])):
-        name = next((n for n in (base, base + SUFFIX) if (args.repository / n / "1" / "manifest.json").exists()), None)
+    for lang, language in sorted(study.task.languages.items(), key=lambda kv: (kv[1].subtask, kv[0])):
+        base = language.model
+        name = next((n for n in (base, base + suffix) if (args.repository / n / "1" / "manifest.json").exists()), None)
         if name is None:  # models-transfer holds the low languages only
             continue
         table = json.loads((args.repository / name / "1" / "manifest.json").read_text())["task_scores"]["test"]
         row = {"lang": lang, "model": name}
-        for beam, key in ((1, "greedy"), (BEAM, f"beam{BEAM}")):
-            got = served_wer(args.server, name, DATA / subtask / f"{lang}_test.tsv", beam)
+        for width, key in ((1, "greedy"), (beam, f"beam{beam}")):
+            got = served_wer(args.server, name, study.files(lang)["test"], width)
             row[key] = {"server": got, "table": table[key]}
             same += round(got, 2) == table[key]
             total += 1

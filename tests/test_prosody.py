@@ -72,7 +72,7 @@ def kor_engine():
     from service.engine.engine import Engine
 
     bundle = load_bundle(KOR)
-    assert "prosody_memory" in bundle.manifest, "the recipe gives g2p-kor a memory (PROSODY_MEMORY)"
+    assert "prosody_memory" in bundle.manifest, "the recipe gives g2p-kor a memory (its prosody_memory)"
     return Engine(bundle, EngineConfig(precision="auto", intra_op_threads=1))
 
 
@@ -129,8 +129,8 @@ def test_the_engine_applies_the_memory_on_every_path_with_one_answer(kor_engine)
 
 def test_shipped_memory_is_the_recipes():
     manifest = json.loads((KOR / "manifest.json").read_text(encoding="utf-8"))
-    from training.sigmorphon_recipes import PROSODY_MEMORY
+    from experiments.sigmorphon.driver import study_of
 
-    spec = PROSODY_MEMORY["kor"]
+    spec = study_of().task.languages["kor"].prosody_memory
     assert (manifest["prosody_memory"]["mark"], manifest["prosody_memory"]["prefixes"]) == (
         spec.mark, list(spec.prefixes))

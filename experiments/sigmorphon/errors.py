@@ -3,7 +3,7 @@ precision served, with the table's decoding), how many differ from the gold only
 (vowel length ː ˑ, stress ˈ ˌ, the tone and pitch-accent diacritics, tone letters), and how many in one
 segment. Read on dev only, so that no choice made from it touches a test figure.
 
-    python -m training.sigmorphon_errors [--langs kor hbs_latn] [--out docs/results/sigmorphon_errors.md]
+    python -m experiments.sigmorphon errors [--langs kor hbs_latn] [--out docs/results/sigmorphon_errors.md]
 
 Where most of a language's errors are length or tone, which its spelling does not write (Korean
 vowel length, Serbo-Croatian and Slovenian pitch accent), more of the same training mostly relearns
@@ -11,21 +11,19 @@ a lexical lottery; the table says which languages those are.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import unicodedata
-from pathlib import Path
 
+from experiments.sigmorphon.flags import trained_on_dev
+from experiments.sigmorphon.layout import Study
+from service.engine.engine import served_precision
 from training.data import read_lines
-from training.sigmorphon import RULES, files
-from training.sigmorphon_flags import trained_on_dev
-from training.sigmorphon_recipes import BEAM, LANGS
+from training.evaluate import hyps_from_bundle
 
 # Marks of length, stress and tone: spacing (ː ˑ ˈ ˌ, the tone letters ˥ ˦ ˧ ˨ ˩) and combining (grave,
 # acute, circumflex, macron, double acute, caron, double grave). Segmental diacritics (the tilde of
 # nasal vowels, the marks below of tongue position) are not among them.
 PROSODY = set("ːˑˈˌ˥˦˧˨˩") | {"\u0300", "\u0301", "\u0302", "\u0304", "\u030b", "\u030c", "\u030f"}
-OUT = Path(__file__).resolve().parents[1] / "docs" / "results" / "sigmorphon_errors.md"
 
 
 def bare(segments: list[str]) -> list[str]:
@@ -57,22 +55,21 @@ def classify(rows: list[tuple[str, str]], hyps: dict[str, list[str]]) -> dict:
             "examples": [(" ".join(h), " ".join(g)) for h, g in prosody[:3]]}
 
 
-def language(lang: str) -> dict:
-    from service.engine.engine import served_precision
-    from training.evaluate import hyps_from_bundle
-
-    bundle = RULES.bundle(lang)
+def language(study: Study, lang: str) -> dict:
+    rules = study.rules()
+    bundle = study.bundle(lang, rules)
     manifest = json.loads((bundle / "manifest.json").read_text(encoding="utf-8"))
     precision = served_precision(manifest, "auto")
-    rows = read_lines(files(lang)["dev"])
-    hyps = hyps_from_bundle(str(bundle), sorted({s for s, _ in rows}), 256, BEAM, 0.0, precision, texts=True)
-    return {"lang": lang, "model": RULES.name(lang), "precision": precision,
+    rows = read_lines(study.files(lang)["dev"])
+    hyps = hyps_from_bundle(str(bundle), sorted({s for s, _ in rows}), 256, study.task.beam, 0.0, precision,
+                            texts=True)
+    return {"lang": lang, "model": study.name(lang, rules), "precision": precision,
             "trained_on_dev": trained_on_dev(manifest), **classify(rows, hyps)}
 
 
-def table(results: list[dict]) -> str:
+def table(results: list[dict], beam: int) -> str:
     lines = ["# Where the SIGMORPHON models' dev errors are", "",
-             f"`python -m training.sigmorphon_errors`: each shipped model on its dev file, beam {BEAM}, in the "
+             f"`python -m experiments.sigmorphon errors`: each shipped model on its dev file, beam {beam}, in the "
              "precision served. *Prosody only*: the output differs from the gold only in length, stress or tone "
              "marks (ː ˑ ˈ ˌ, tone letters, accent diacritics); *one segment*: one segment substituted, inserted or "
              "dropped (prosody-only errors of one segment among them). A model that trained on its dev file too "
@@ -86,22 +83,3 @@ def table(results: list[dict]) -> str:
         lines.append(f"| `{r['lang']}` | `{r['model']}` | {words} | {r['errors']} | {share} | {r['one_segment']} "
                      f"| {example} |")
     return "\n".join(lines) + "\n"
-
-
-def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--langs", nargs="+", default=list(LANGS), choices=list(LANGS))
-    p.add_argument("--out", type=Path, default=OUT)
-    args = p.parse_args(argv)
-    results = []
-    for lang in args.langs:
-        results.append(language(lang))
-        r = results[-1]
-        print(f"{lang}: {r['errors']} errors of {r['words']}, prosody only {r['prosody_only']}, "
-              f"one segment {r['one_segment']}", flush=True)
-    args.out.write_text(table(results), encoding="utf-8")
-    print(f"wrote {args.out}")
-
-
-if __name__ == "__main__":
-    main()

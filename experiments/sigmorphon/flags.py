@@ -2,12 +2,15 @@
 
 A run records the flags it trained with (flags.json) and a model its members' (manifest `task_scores.runs`):
 comparing them with what the recipe now asks, by the settings they give python -m training.train rather than by
-their text, is how training/sigmorphon.py notices a changed recipe without training anything again.
+their text, is how build.py notices a changed recipe without training anything again, and how a manifest built
+before a flag moved between a recipe and a language's own flags, or ran on another device, still counts as built.
 """
 from __future__ import annotations
 
 import json
 from pathlib import Path
+
+from training.train import parse_args
 
 TRAIN_ON_DEV = ("--train-on-dev", "true", "--save-last", "true")
 
@@ -28,8 +31,6 @@ WHERE_IT_RAN = ("device", "threads")  # how a run was carried out, not what it t
 def parsed(flags: list[str]) -> dict:
     """python -m training.train's settings from a member's recorded flags (a later flag wins); markers such
     as +cmudict_ipa are not flags."""
-    from training.train import parse_args
-
     return vars(parse_args(["--corpus", "tsv", "--train-tsv", "-", "--dev-tsv", "-", "--out", "-",
                             *(f for f in flags if not f.startswith("+"))]))
 

@@ -1,0 +1,3 @@
+from experiments.sigmorphon.driver import main
+
+main()
