@@ -34,6 +34,7 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
+from attnserve.bundle.normalization import SOURCE_FORMS
 from training.data import (BOS_ID, EOS_ID, PAD_ID, CMUDICT_FILTER_RULE, GIVEN_SPLIT_RULE, SPLIT_RULE, Pair, Vocab,
                            file_record, load_cmudict, load_given, load_tsv, references)
 from training.distill import load_train_targets
@@ -102,7 +103,7 @@ def load_corpus(args) -> tuple[dict[str, list[Pair]], dict]:
         splits = load_given(files, args.src_tokens, args.tgt_tokens, args.source_form)
         desc = {"corpus": "tsv", "files": files, "src_tokens": args.src_tokens, "tgt_tokens": args.tgt_tokens,
                 "split": GIVEN_SPLIT_RULE}
-        if args.source_form != "as-written":
+        if args.source_form != "none":
             desc["source_form"] = args.source_form
     desc.setdefault("split", SPLIT_RULE)
     if args.train_targets:  # knowledge distillation: a teacher's outputs replace the training targets
@@ -126,9 +127,9 @@ def load_corpus(args) -> tuple[dict[str, list[Pair]], dict]:
 
 
 def with_hints(splits: dict[str, list[Pair]], path: Path) -> tuple[dict[str, list[Pair]], dict]:
-    """Every split's sources read with their hints (service/engine/hints.py, as the server reads them), and how
+    """Every split's sources read with their hints (attnserve/bundle/hints.py, as the server reads them), and how
     a data description names the hints; the export copies them into the bundle."""
-    from service.engine.hints import SourceHints, read
+    from attnserve.bundle.hints import SourceHints, read
 
     hints = SourceHints(read(path))
     hinted = {k: [Pair(tuple(hints.extend(p.src)), p.tgt) for p in v] for k, v in splits.items()}
@@ -337,8 +338,8 @@ def parse_args(argv=None):
     p.add_argument("--dev-tsv", type=Path, help="...the dev file (early stopping)...")
     p.add_argument("--test-tsv", type=Path, help="...and the test file (optional; never read in training)")
     p.add_argument("--src-tokens", choices=["chars", "words"], default="chars")
-    p.add_argument("--source-form", choices=["as-written", "nfd"], default="as-written",
-                   help="given splits: nfd decomposes each source (Hangul syllables into their jamo, so an "
+    p.add_argument("--source-form", choices=SOURCE_FORMS, default="none",
+                   help="given splits: none reads each source as written, nfd decomposes each source (Hangul syllables into their jamo, so an "
                         "unseen syllable is letters the model has seen); the server does the same to inputs")
     p.add_argument("--tgt-tokens", choices=["chars", "words"], default="words")
     p.add_argument("--keep-stress", action="store_true", help="keep CMUdict stress digits")
@@ -350,7 +351,7 @@ def parse_args(argv=None):
     p.add_argument("--train-targets", type=Path, help="source<TAB>target file replacing the training pairs: "
                    "a teacher's outputs (python -m training.distill); dev and test keep their references")
     p.add_argument("--source-hints", type=Path,
-                   help="word<TAB>hint file (service/engine/hints.py): a word it has is read with its hint after it, "
+                   help="word<TAB>hint file (attnserve/bundle/hints.py): a word it has is read with its hint after it, "
                    "in training and by the server (char sources only)")
     p.add_argument("--train-on-dev", type=_true, default=False,
                    help="given splits: the dev pairs train too, once every choice was made on dev without them; "
