@@ -18,7 +18,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, field, fields
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from attnserve.bundle.migrate import FORMAT_VERSION, upgrade
 from attnserve.bundle.normalization import normalizer
@@ -117,7 +117,7 @@ class Manifest(Mapping):
     prosody_memory: ProsodyMemorySpec | None = None
     lexicon: LexiconSpec | None = None
     files: Mapping[str, str] = field(default_factory=dict)  # file -> sha256, every file but the manifest
-    format_version: int = FORMAT_VERSION
+    format_version: ClassVar[int] = FORMAT_VERSION  # migrate.upgrade brings an older one here
     extra: Mapping[str, Any] = field(default_factory=dict)  # what experiments record: data, training, metrics, int8, ...
 
     def __post_init__(self):
@@ -125,13 +125,13 @@ class Manifest(Mapping):
         for kind in (self.src_tokenization, self.tgt_tokenization):
             if kind not in TOKENIZATIONS:
                 raise ValueError(f"tokenization {kind!r} is not one of {TOKENIZATIONS}")
-        if self.format_version != FORMAT_VERSION:
-            raise ValueError(f"a Manifest is format_version {FORMAT_VERSION}, not {self.format_version!r}")
 
     @classmethod
     def from_dict(cls, d: Mapping) -> "Manifest":
         """From a JSON object of the current format (migrate.upgrade turns an older one into it)."""
         typed = {f.name for f in fields(cls)} - {"extra"}
+        if d.get("format_version", FORMAT_VERSION) != FORMAT_VERSION:
+            raise ValueError(f"format_version {d['format_version']!r}, not {FORMAT_VERSION}: migrate.upgrade it first")
         missing = [k for k in ("name", "version", "graphs", "src_tokenization", "tgt_tokenization") if k not in d]
         if missing:
             raise ValueError(f"the manifest has no {', '.join(missing)}")
@@ -146,8 +146,7 @@ class Manifest(Mapping):
             source_hints=_spec(SourceHints, d.get("source_hints"), "source_hints"),
             prosody_memory=_spec(ProsodyMemorySpec, d.get("prosody_memory"), "prosody_memory"),
             lexicon=_spec(LexiconSpec, d.get("lexicon"), "lexicon"), files=dict(d.get("files", {})),
-            format_version=d.get("format_version", FORMAT_VERSION),
-            extra={k: v for k, v in d.items() if k not in typed})
+            extra={k: v for k, v in d.items() if k not in typed | {"format_version"}})
 
     def to_dict(self) -> dict:
         """The JSON object written to manifest.json (empty optional parts left out)."""
@@ -167,16 +166,12 @@ class Manifest(Mapping):
         return {**out, **self.extra, "files": dict(self.files)}
 
     def replace(self, **changes) -> "Manifest":
-        """A copy with these JSON keys changed (typed or not); None removes an optional key."""
+        """A copy with these JSON keys changed (typed or not); a key given None is removed."""
         d = {**self.to_dict(), **changes}
-        return Manifest.from_dict({k: v for k, v in d.items() if v is not None})
-
-    def without(self, *keys: str) -> "Manifest":
-        """A copy without these JSON keys (optional parts or experiments' keys)."""
-        return Manifest.from_dict({k: v for k, v in self.to_dict().items() if k not in keys})
+        return Manifest.from_dict({k: v for k, v in d.items() if not (k in changes and v is None)})
 
     @cached_property
-    def _as_json(self) -> dict:
+    def _as_json(self) -> dict:  # the Mapping view's, built once: read it, never change it
         return self.to_dict()
 
     def __getitem__(self, key: str) -> Any:
