@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from attnserve.bundle import MANIFEST, Manifest, ManifestError, load, sha256_file, write  # noqa: F401
+from attnserve.bundle import MANIFEST, Manifest, ManifestError, load, write
 from service.domain import BundleError, VersionNotFound
 
 
