@@ -125,9 +125,10 @@ train-compact: $(VENV)/.dev-installed
 	$(PY) -m training.train --corpus cmudict --train-targets runs/compact/train.tsv --out runs/compact/model \
 	  $(COMPACT_MODEL) --batch-size 256 --lr 2e-3 --epoch-lr-decay 0.93 --lr-decay 0.5 --min-lr 2e-5 \
 	  --patience-epochs 8 --max-epochs 80 --max-minutes 85 --seed 1 --threads 1 --device cpu
-# The frontier's ensemble, not shipped (it is the two members' sum): the shipped model and the compact one.
+# The frontier's ensemble, not shipped (it is the two members' sum): the shipped model and the compact one,
+# from their training runs (bundles hold no checkpoint: `make train` and `make train-compact` write these).
 frontier-ensemble: $(VENV)/.dev-installed
-	$(PY) -m training.export --checkpoint models/g2p-en/1/checkpoint.pt models/g2p-en-compact/1/checkpoint.pt \
+	$(PY) -m training.export --checkpoint runs/g2p-en-gpu/stage2/best.pt runs/compact/model/best.pt \
 	  --out build/frontier/ensemble/1
 
 # SIGMORPHON 2021 Task 1 (data/sigmorphon-2021/): a model per language on the task's own splits, each

@@ -48,7 +48,7 @@ def engine_point(bundle_dir: str, precision: str, words: list[str], refs: dict) 
         t = time.perf_counter()
         engine.decode([list(w)])
         lat.append(time.perf_counter() - t)
-    return {"bundle": bundle_dir, "precision": precision, "parameters": bundle.manifest.get("parameters"),
+    return {"bundle": bundle_dir, "precision": precision, "parameters": bundle.manifest.extra.get("parameters"),
             "served": precision == served_precision(bundle.manifest, "auto"),  # what --precision auto serves
             "wer": s.wer, "per": s.per, "words": len(words), "batch64_words_per_s": batch64,
             "batch1_p50_ms": 1000 * float(np.median(lat)), "batch1_words_per_s": len(lat) / sum(lat)}

@@ -38,7 +38,7 @@ def write_messages(path: Path, messages) -> Path:
 def test_words(bundle, refs: dict | None = None) -> list[str]:
     """The test split's sources (refs: its references, when already loaded), shuffled by
     random.Random(0): the words every bench measures on."""
-    words = ["".join(src) for src in refs or load_refs(bundle.manifest["data"], "test")]
+    words = ["".join(src) for src in refs or load_refs(bundle.manifest.data, "test")]
     random.Random(0).shuffle(words)
     return words
 

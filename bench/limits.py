@@ -134,7 +134,7 @@ def graph_costs(bundle_path, precision: str = "fp32") -> dict:
 
     bundle = load_bundle(Path(bundle_path))
     suffix = "" if precision == "fp32" else f".{precision}"
-    n, S, L = _test_lengths(json.dumps(bundle.manifest["data"], sort_keys=True))
+    n, S, L = _test_lengths(json.dumps(bundle.manifest.data, sort_keys=True))
     # The multiply-adds are the model's in either precision, so they are counted on the fp32 graphs
     # (the int8 encoder runs its recurrences inside Scan bodies); weights at the precision's own bytes.
     encoder, fp32_decoder = Graph(bundle.graph_path("encoder")), Graph(bundle.graph_path("decoder_step"))
@@ -361,7 +361,7 @@ def quick_engine(bundle_path, seconds: float) -> dict:
     bundle = load_bundle(Path(bundle_path))
     words = test_words(bundle)
     out = {}
-    for p in ("fp32", "int8") if "encoder.int8" in bundle.manifest["graphs"] else ("fp32",):
+    for p in ("fp32", "int8") if "encoder.int8" in bundle.manifest.graphs else ("fp32",):
         engine = Engine(bundle, EngineConfig(precision=p))
         engine.decode([list(w) for w in words[:64]])  # warm-up
         for batch in (1, 64):

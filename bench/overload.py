@@ -143,7 +143,7 @@ def main(argv=None):
                    help="extra attnserve-server flag for every configuration (repeatable)")
     args = p.parse_args(argv)
     bundle = load_bundle(args.bundle)
-    words = ["".join(src) for src in load_refs(bundle.manifest["data"], "test")]
+    words = ["".join(src) for src in load_refs(bundle.manifest.data, "test")]
     random.Random(0).shuffle(words)
     with tempfile.TemporaryDirectory() as tmp:
         requests = Path(tmp) / "requests.bin"

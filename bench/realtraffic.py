@@ -78,7 +78,7 @@ def sample_tokens(words: list[str], weights: list[float], n: int, seed: int = SE
 
 
 def lexicon_words(bundle) -> set[str]:
-    lex = bundle.manifest.get("lexicon", {}).get("file")
+    lex = bundle.manifest.lexicon.file if bundle.manifest.lexicon else None
     if not lex:
         return set()
     return {line.split("\t", 1)[0] for line in (bundle.path / lex).read_text(encoding="utf-8").splitlines() if line}
@@ -88,7 +88,7 @@ def heldout_words(bundle) -> set[str]:
     """The model's dev and test words (reported, never filtered on)."""
     from training.evaluate import load_splits
 
-    splits = load_splits(bundle.manifest["data"])
+    splits = load_splits(bundle.manifest.data)
     return {"".join(pair.src) for split in ("dev", "test") for pair in splits[split]}
 
 

@@ -53,13 +53,18 @@ def open_loop_curves(server: Server, bundle_dir: str, words_file: Path, mode: st
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--bundle", default="models/g2p-en/1")
+    p.add_argument("--checkpoint", default="runs/g2p-en-gpu/stage2/best.pt",
+                   help="the bundle's training checkpoint, for the naive PyTorch peer (bundles ship none: "
+                        "`make train` writes g2p-en's here)")
     p.add_argument("--duration-s", type=float, default=8.0)
     p.add_argument("--out", default="bench/results")
     p.add_argument("--engine-only", action="store_true", help="only the in-process engine sweep, printed")
     p.add_argument("--loadgen", default="build/attnserve-loadgen", help="bench/cpp/loadgen.cc, built (fairness)")
     args = p.parse_args(argv)
+    if not args.engine_only and not Path(args.checkpoint).is_file():
+        p.error(f"no checkpoint {args.checkpoint} for the naive PyTorch peer: `make train`, or --checkpoint")
     bundle = load_bundle(args.bundle)
-    refs = load_refs(bundle.manifest["data"], "test")
+    refs = load_refs(bundle.manifest.data, "test")
     words = test_words(bundle, refs)
     d = args.duration_s
     r: dict = {"machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
@@ -112,12 +117,10 @@ def main(argv=None):
             r["request_int8_per_tensor"] = closed_loop(s, words_file, d)
 
     print("naive PyTorch server (eager, one request at a time)", flush=True)
-    ckpt = bundle.path / "checkpoint.pt"
-    with Server([sys.executable, "-m", "bench.peers", "naive-server", "--checkpoint", str(ckpt)],
+    with Server([sys.executable, "-m", "bench.peers", "naive-server", "--checkpoint", args.checkpoint],
                 health=False) as naive:
         r["naive_torch"] = load(naive, str(words_file), d, concurrency=8)
-    r["wer"] = {"fp32": bundle.manifest.get("metrics", {}).get("test"),
-                "int8": bundle.manifest.get("int8", {}).get("metrics", {}).get("test")}
+    r["wer"] = {"fp32": bundle.manifest.metrics.get("test"), "int8": bundle.manifest.int8.get("metrics", {}).get("test")}
     print("two models in one server: fair sharing (bench/fairness.py)", flush=True)
     from bench import fairness
 

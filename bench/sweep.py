@@ -22,7 +22,7 @@ def engine_sweep(bundle, words: list[str], seconds: float) -> dict:
     batch size, with the server's thread pool (the process's one pool is sized once, by the first
     engine). Keys: "<precision>/greedy-loop=<onnx|python>/batch=<b>"."""
     out = {}
-    int8 = "encoder.int8" in bundle.manifest["graphs"]
+    int8 = "encoder.int8" in bundle.manifest.graphs
     for precision in ("fp32", "int8") if int8 else ("fp32",):
         for loop in ("onnx", "python"):  # --greedy-loop
             engine = Engine(bundle, EngineConfig(precision=precision, greedy_loop=loop))

@@ -83,7 +83,7 @@ class FakeEngine:
     tgt_vocab = ()  # answering reads it (an ARPAbet model's text has an IPA form): none here
     precision = "fp32"
     src_tokens_kind = "words"  # no compound splitting (service/answering/compound.py): one text, one source
-    prosody = None  # no prosody memory (service/engine/prosody.py)
+    prosody = None  # no prosody memory (attnserve/bundle/prosody.py)
 
     def __init__(self, clock: Clock | None = None, call_s: float = 0.0, fail_on: str | None = None):
         self.batches: list[list[str]] = []

@@ -40,8 +40,14 @@ def members(small_corpus, tmp_path_factory):
 @pytest.fixture(scope="module")
 def ensemble_bundle(members, tmp_path_factory):
     model_dir = tmp_path_factory.mktemp("models") / "ens"
-    manifest = build_bundle(members, model_dir / "1", "ens", "1", parity_words=300)
+    manifest = build_bundle(members, model_dir / "1", "ens", "1", parity_words=300,
+                            save_checkpoint=saved_checkpoint(model_dir))
     return model_dir, manifest
+
+
+def saved_checkpoint(model_dir):
+    """Where the ensemble's checkpoint is kept: beside its model directory, not in the bundle."""
+    return model_dir.parent / f"{model_dir.name}.pt"
 
 
 def tiny(seed: int, hidden: int, attention: str, **kw) -> Seq2Seq:
@@ -102,10 +108,10 @@ def test_a_soft_and_a_monotonic_member_export_and_decode_as_one(members, small_c
                 "--emb-dim", "8", "--batch-size", "64", "--max-epochs", "1", "--lr", "0.01", "--dropout", "0.0",
                 "--threads", "1", "--device", "cpu", "--hidden-size", "16", "--output", "monotonic", "--seed", "3"])
     manifest = build_bundle([members[0], tmp_path / "mono" / "best.pt"], tmp_path / "m" / "1", "m", "1",
-                            parity_words=200)
+                            parity_words=200, save_checkpoint=tmp_path / "m.pt")
     assert parity_ok(manifest["parity"]) and manifest["parity"]["onnx_loop"]["words"] > 50
     assert [c["output"] for c in manifest["model_config"]["ensemble"]] == ["context", "monotonic"]
-    model, _ = load_checkpoint(tmp_path / "m" / "1" / "checkpoint.pt")
+    model, _ = load_checkpoint(tmp_path / "m.pt")
     src, src_len = torch.tensor([[4, 5, 6, 7], [8, 9, 0, 0]]), torch.tensor([4, 2])
     with torch.no_grad():
         enc = model.encode(src, src_len)
@@ -143,9 +149,10 @@ def test_the_ensemble_bundle_passes_parity_and_describes_its_members(ensemble_bu
     assert manifest["has_attention"] and manifest["attention_modes"] == ["soft", "hard", "topk"]
 
 
-def test_the_bundles_checkpoint_rebuilds_the_ensemble(ensemble_bundle):
+def test_the_saved_checkpoint_rebuilds_the_ensemble(ensemble_bundle):
     model_dir, _ = ensemble_bundle
-    model, ckpt = load_checkpoint(model_dir / "1" / "checkpoint.pt")
+    assert not (model_dir / "1" / "checkpoint.pt").exists()  # a bundle is what serving reads, no weights
+    model, ckpt = load_checkpoint(saved_checkpoint(model_dir))
     assert isinstance(model, Ensemble) and len(ckpt["members"]) == 2
     engine = Engine(load_bundle(model_dir), EngineConfig(max_output_len=12))
     same = parity(model, engine, [tuple("knight"), tuple("exit")], Vocab(ckpt["src_vocab"]), max_len=12)
@@ -186,12 +193,12 @@ def test_training_does_not_continue_from_an_ensemble(small_corpus, ensemble_bund
     model_dir, _ = ensemble_bundle
     with pytest.raises(SystemExit, match="ensemble"):
         train.main(["--corpus", "tsv", "--tsv", str(small_corpus), "--out", str(tmp_path / "run"), "--device", "cpu",
-                    "--init-from", str(model_dir / "1" / "checkpoint.pt")])
+                    "--init-from", str(saved_checkpoint(model_dir))])
 
 
-def test_an_ensemble_bundle_re_exports_from_its_own_checkpoint(ensemble_bundle, tmp_path):
+def test_an_ensemble_bundle_re_exports_from_its_saved_checkpoint(ensemble_bundle, tmp_path):
     model_dir, manifest = ensemble_bundle
-    again = build_bundle(model_dir / "1" / "checkpoint.pt", tmp_path / "ens" / "2", "ens", "2", parity_words=50)
+    again = build_bundle(saved_checkpoint(model_dir), tmp_path / "ens" / "2", "ens", "2", parity_words=50)
     assert parity_ok(again["parity"])
     assert again["model_config"] == manifest["model_config"]
     assert again["metrics"]["test"] == manifest["metrics"]["test"]

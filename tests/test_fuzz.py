@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
+from attnserve.bundle.normalization import lowercases
 from attnserve.v1 import attnserve_pb2 as pb
 from service.engine.bundle import load_bundle
 from service.config import BatcherConfig, Config, EngineConfig, ServerConfig
@@ -201,7 +202,7 @@ def live(tiny_bundle):
 
 def test_generated_requests_get_a_result_or_a_proper_status(live, tiny_bundle, capsys):
     manifest = load_bundle(tiny_bundle).manifest
-    lowercase, tgt_vocab = bool(manifest.get("lowercase_input")), set(manifest["tgt_vocab"])
+    lowercase, tgt_vocab = lowercases(manifest.source_normalization), set(manifest.tgt_vocab)
     ALPHABET.update(t for i, t in enumerate(manifest["src_vocab"]) if i not in manifest["special_ids"].values())
     raw_transduce = live.unary_unary(f"/{SERVICE_NAME}/Transduce")  # bytes in, bytes out
     outcomes: Counter = Counter()

@@ -1,4 +1,4 @@
-"""Source hints (service/engine/hints.py): a word read with an outside dictionary's transcription after it, the
+"""Source hints (attnserve/bundle/hints.py): a word read with an outside dictionary's transcription after it, the
 same way in training, in the export's parity check and served; a symbol only hints bring is not one a served
 word may have; the attention returned covers the word's own characters."""
 import grpc
@@ -9,7 +9,7 @@ import torch
 from attnserve.v1 import attnserve_pb2 as pb, attnserve_pb2_grpc as pbg
 from service.config import Config, EngineConfig, ServerConfig
 from service.domain import DecodeOptions
-from service.engine import hints
+from attnserve.bundle import hints
 from service.engine.bundle import load_bundle
 from service.engine.engine import Engine
 from training import train

@@ -3,10 +3,13 @@
 A module may import its own layer and the layers below it, and the shared modules every layer may
 use (domain, config, metrics, tasks), which import no other part of the service. Only transport/
 (and server.py, client/) touch grpc or the generated protobuf modules; the server never imports
-the client tools. Imports are read from the source with ast, relative ones resolved, so a lazy
-import inside a function counts too.
+the client tools. Beside the service: the bundle contract (attnserve/bundle), which imports neither
+the service nor training nor torch, and training, which imports of the service only the engine (to
+evaluate what it exports) and the domain. No import cycle anywhere. Imports are read from the source
+with ast, relative ones resolved, so a lazy import inside a function counts too.
 """
 import ast
+import subprocess
 import sys
 from pathlib import Path
 
@@ -15,6 +18,8 @@ import pytest
 from tests.test_bench_layers import find_cycle  # the one cycle finder, tested there
 
 SERVICE = Path(__file__).resolve().parent.parent / "service"
+REPO = SERVICE.parent
+TRAINING, BUNDLE = REPO / "training", REPO / "attnserve" / "bundle"
 # The generated protocol is attnserve.v1 and attnserve.inference; attnserve's other modules (attnserve.config,
 # attnserve.bundle) are plain Python every layer may use.
 WIRE = ("grpc", "grpc_health", "grpc_reflection", "attnserve.v1", "attnserve.inference", "google.protobuf")
@@ -100,7 +105,7 @@ def server_modules() -> list[Path]:
 @pytest.mark.parametrize("part", NO_WIRE)
 def test_below_transport_nothing_imports_grpc_or_protobuf(part):
     for path in modules(part):
-        wire = {n for n in imported(path, package_of(path)) if n.split(".")[0] in WIRE or n.startswith(WIRE)}
+        wire = {n for n in imported(path, package_of(path)) if n in WIRE or n.startswith(tuple(w + "." for w in WIRE))}
         assert not wire, f"{path.relative_to(SERVICE)} imports {sorted(wire)}"
 
 
@@ -177,9 +182,52 @@ def imported_from(node: ast.ImportFrom, package: str) -> set[str]:
     return {".".join(base[:len(base) - node.level + 1] + ([node.module] if node.module else []))}
 
 
-def test_no_import_cycle_in_the_service():
-    files = {package_of(p) if p.name == "__init__.py" else f"{package_of(p)}.{p.stem}": p
-             for p in SERVICE.rglob("*.py")}
+def module_files(root: Path) -> dict[str, Path]:
+    """module name -> file, for every module under root (a package directory)."""
+    return {package_of(p) if p.name == "__init__.py" else f"{package_of(p)}.{p.stem}": p for p in root.rglob("*.py")}
+
+
+@pytest.mark.parametrize("root", [SERVICE, TRAINING, BUNDLE], ids=["service", "training", "attnserve.bundle"])
+def test_no_import_cycle(root):
+    files = module_files(root)
     graph = {m: {n for n in imported(p, package_of(p)) | submodules_imported(p, package_of(p))
                  if n in files and n != m} for m, p in files.items()}
     assert find_cycle(graph) is None, f"import cycle: {' -> '.join(find_cycle(graph))}"
+
+
+def test_the_bundle_module_imports_nothing_of_the_service_training_or_torch():
+    banned = ("service", "training", "torch", "onnx", "onnxruntime", "bench")
+    files = module_files(BUNDLE)
+    assert {"attnserve.bundle", "attnserve.bundle.manifest", "attnserve.bundle.hints"} <= set(files)
+    for name, path in files.items():
+        found = {n for n in imported(path, package_of(path)) if n.split(".")[0] in banned}
+        assert not found, f"{name} imports {sorted(found)}"
+
+
+def test_importing_the_bundle_module_loads_no_service_training_or_torch():
+    code = ("import sys, attnserve.bundle, attnserve.bundle.hints, attnserve.bundle.prosody, "
+            "attnserve.bundle.text_policy\n"
+            "print(sorted({m.split('.')[0] for m in sys.modules} & {'service', 'training', 'torch', 'onnxruntime'}))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO)
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+# What training may use of the service: the engine, to evaluate the bundles it exports, and the domain
+# (DecodeOptions, errors). The bundle's own rules are attnserve.bundle's, not the server's.
+TRAINING_MAY_USE = ("service.engine", "service.domain")
+
+
+def test_training_imports_of_the_service_only_the_engine_and_the_domain():
+    found = {}
+    for name, path in module_files(TRAINING).items():
+        serving = {n for n in imported(path, package_of(path)) if n.split(".")[0] == "service"}
+        if bad := sorted(n for n in serving if n not in TRAINING_MAY_USE
+                         and not n.startswith(tuple(m + "." for m in TRAINING_MAY_USE))):
+            found[name] = bad
+    assert not found, f"training reaches into the server: {found}"
+
+
+def test_the_training_checks_see_the_modules():
+    files = module_files(TRAINING)
+    assert {"training.export", "training.train", "training.evaluate"} <= set(files)
+    assert "service.engine.engine" in imported(files["training.export"], "training")

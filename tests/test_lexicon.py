@@ -40,8 +40,8 @@ def lexicon_model(tiny_bundle, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def corpus(lexicon_model):
-    data = load_bundle(lexicon_model).manifest["data"]
-    splits = load_tsv(data["path"], data["src_tokens"], data["tgt_tokens"])
+    manifest = load_bundle(lexicon_model).manifest
+    splits = load_tsv(manifest.data["path"], manifest.src_tokenization, manifest.tgt_tokenization)
     by_word = {}
     for split in ("train", "dev", "test"):
         for p in splits[split]:
@@ -49,10 +49,10 @@ def corpus(lexicon_model):
     return by_word
 
 
-def test_forced_scores_equal_pytorch_teacher_forcing_and_greedy_attention(tiny_bundle):
+def test_forced_scores_equal_pytorch_teacher_forcing_and_greedy_attention(tiny_bundle, tiny_checkpoint):
     bundle = load_bundle(tiny_bundle)
     engine = Engine(bundle, EngineConfig(intra_op_threads=1, greedy_loop="python"))
-    model, ckpt = load_checkpoint(bundle.path / "checkpoint.pt")
+    model, ckpt = load_checkpoint(tiny_checkpoint)  # the run's checkpoint the bundle was exported from
     model.eval()
     words = ["knight", "attention", "a", "phoenix"]
     sources = [engine.tokenize(w) for w in words]

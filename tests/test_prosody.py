@@ -1,4 +1,4 @@
-"""A bundle's prosody memory: the decision (service/engine/prosody.py), its writing from trained pairs
+"""A bundle's prosody memory: the decision (attnserve/bundle/prosody.py), its writing from trained pairs
 (training/prosody_memory.py), and the engine applying it (service/engine/decoding.py settle) on the
 shipped Korean model, whose bundle has one."""
 import json
@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from service.engine.prosody import ProsodyMemory, load, markable
+from attnserve.bundle.prosody import ProsodyMemory, load, markable
 
 ROOT = Path(__file__).resolve().parents[1]
 KOR = ROOT / "models" / "g2p-kor" / "1"
@@ -58,7 +58,8 @@ def test_add_memory_writes_a_bundle_the_server_verifies(tmp_path):
     from service.engine.bundle import load_bundle, write_manifest
     from training.prosody_memory import add_memory
 
-    write_manifest(tmp_path, {"tgt_vocab": VOCAB, "data": {"src_tokens": "chars"}})
+    write_manifest(tmp_path, {"name": "m", "version": "1", "graphs": {}, "tgt_vocab": VOCAB,
+                              "src_tokenization": "chars", "tgt_tokenization": "words"})
     spec = add_memory(tmp_path, [("가나다", "k aː n"), ("가나", "k aː")], "ː", (2,), {"ʌ": "ɘː"})
     assert spec["entries"] == 1 and spec["pairs"] == {"ʌ": "ɘː"}
     bundle = load_bundle(tmp_path)  # the memory's file is in the manifest's sha256 list

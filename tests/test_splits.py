@@ -12,6 +12,8 @@ import random
 import grpc
 import pytest
 
+from attnserve.bundle.normalization import lowercases
+from attnserve.bundle.text_policy import text_policy
 from attnserve.v1 import attnserve_pb2 as pb, attnserve_pb2_grpc as pbg
 from service.config import Config, EngineConfig, ServerConfig
 from service.engine.bundle import load_bundle
@@ -19,7 +21,6 @@ from service.engine.engine import Engine
 from training import evaluate, train
 from training.data import GIVEN_SPLIT_RULE, SPLIT_RULE, Pair, file_record, load_described, split_of
 from training.export import build_bundle, parity_ok
-from training.text_policy import text_policy
 from tests.live import ThreadServer
 
 PHONES = {"a": "A", "b": "B", "c": "K", "d": "D", "e": "E", "f": "F", "g": "G", "h": "H", "q": "Q", "x": "X",
@@ -108,7 +109,7 @@ def test_the_lexicon_holds_train_and_dev_words_and_no_test_word(corpus, bundle):
 
 def test_the_manifest_states_the_text_policy(bundle):
     m = bundle["manifest"]
-    assert m["source_normalization"] == "nfc-lower" and m["lowercase_input"] is True  # no upper case in the files
+    assert m["source_normalization"] == "nfc-lower" and lowercases(m["source_normalization"])  # no upper case in the files
     assert " " in m["src_vocab"] and m["text_policy"]["space_is_a_source_symbol"] is True
 
 

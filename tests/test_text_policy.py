@@ -45,7 +45,7 @@ def repository(tmp_path_factory):
 
     root = tmp_path_factory.mktemp("policy")
     repo = root / "models"
-    for name, words, form in (("accents", ACCENTS, "as-written"), ("cased", CASED, "as-written"),
+    for name, words, form in (("accents", ACCENTS, "none"), ("cased", CASED, "none"),
                               ("hangul", HANGUL, "nfd")):
         run = root / f"run-{name}"
         train.main(["--corpus", "tsv", *write_splits(root, name, words), "--source-form", form, "--out", str(run),

@@ -169,8 +169,11 @@ def test_api_edge_attention_modes_and_models_without_attention():
             convert.parse_transduce(request(**options).SerializeToString(), limits)
     d = Decoded(src_tokens=list("ab"), output_ids=[5], output_tokens=["X"], score=-1.0, attn=None, finished=True)
     assert d.steps == 2 and not convert.to_result([d], " ", return_attention=True).HasField("attention")
-    old = {"name": "m", "version": "1", "src_vocab": [], "tgt_vocab": [], "model_config": {"attention": "general"}}
-    info = convert.to_model_info(old)  # a bundle from before these variants: attention, soft only
+    from attnserve.bundle import as_manifest  # format 1, migrated (attnserve/bundle/migrate.py)
+
+    old = {"name": "m", "version": "1", "graphs": {}, "src_vocab": [], "tgt_vocab": [],
+           "data": {"src_tokens": "chars", "tgt_tokens": "words"}, "model_config": {"attention": "general"}}
+    info = convert.to_model_info(as_manifest(old))  # a bundle from before these variants: attention, soft only
     assert info.has_attention and list(info.attention_modes) == ["soft"]
-    info = convert.to_model_info({**old, "model_config": {"attention": "none"}})
+    info = convert.to_model_info(as_manifest({**old, "model_config": {"attention": "none"}}))
     assert not info.has_attention and list(info.attention_modes) == []

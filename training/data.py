@@ -10,11 +10,12 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-import unicodedata
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
+
+from attnserve.bundle.normalization import SOURCE_FORMS, normalizer
 
 PAD, BOS, EOS, UNK = "<pad>", "<s>", "</s>", "<unk>"
 SPECIALS = (PAD, BOS, EOS, UNK)
@@ -96,13 +97,13 @@ def read_lines(path: str | Path) -> list[tuple[str, str]]:
     return rows
 
 
-# How given sources may be rewritten before tokenizing (train.py --source-form; the manifest's
-# source_normalization then does the same to what the server is sent).
-SOURCE_FORMS = {"as-written": lambda s: s, "nfd": lambda s: unicodedata.normalize("NFD", s)}
-
-
-def read_pairs(path: str | Path, src_tokens: str, tgt_tokens: str, source_form: str = "as-written") -> list[Pair]:
-    form = SOURCE_FORMS[source_form]
+def read_pairs(path: str | Path, src_tokens: str, tgt_tokens: str, source_form: str = "none") -> list[Pair]:
+    """A given file's pairs, each source put in `source_form` first: an entry of the bundle's one table of
+    normalizations (attnserve/bundle/normalization.py SOURCE_FORMS; train.py --source-form), from which
+    the manifest's source_normalization is then chosen, so the server does the same to what it is sent."""
+    if source_form not in SOURCE_FORMS:
+        raise ValueError(f"source form {source_form!r} is not one of {SOURCE_FORMS}")
+    form = normalizer(source_form)
     return [Pair(tokenize(form(src), src_tokens), tokenize(tgt, tgt_tokens)) for src, tgt in read_lines(path)]
 
 
@@ -132,7 +133,7 @@ def recorded_file(record: dict) -> Path:
 
 
 def load_given(files: dict[str, dict], src_tokens: str, tgt_tokens: str,
-               source_form: str = "as-written") -> dict[str, list[Pair]]:
+               source_form: str = "none") -> dict[str, list[Pair]]:
     """Splits given as files (each named by a file_record; test may be absent), used as they are."""
     return {split: read_pairs(recorded_file(files[split]), src_tokens, tgt_tokens, source_form)
             if split in files else [] for split in SPLITS}
@@ -143,7 +144,7 @@ def load_described(data: dict) -> dict[str, list[Pair]]:
     if data["corpus"] == "cmudict":
         return load_cmudict(keep_stress=data["keep_stress"])
     if "files" in data:
-        return load_given(data["files"], data["src_tokens"], data["tgt_tokens"], data.get("source_form", "as-written"))
+        return load_given(data["files"], data["src_tokens"], data["tgt_tokens"], data.get("source_form", "none"))
     return load_tsv(recorded_file(data), data["src_tokens"], data["tgt_tokens"])
 
 

@@ -90,25 +90,24 @@ def main(argv=None):
     args = parse(DistillConfig, argv, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     started = time.perf_counter()
     from service.engine.bundle import load_bundle
-    from service.config import EngineConfig
-    from service.engine.engine import Engine
+    from service.engine.engine import Engine, EngineConfig
 
     bundle = load_bundle(args.bundle)
-    data = bundle.manifest["data"]
+    data, tokenization = bundle.manifest.data, bundle.manifest.src_tokenization
     splits = load_splits(data)  # parsed once: the training sources, and every source the corpus holds
     train = references(splits["train"])
     engine = None if args.keep_references and not args.unlabeled_wordfreq else \
         Engine(bundle, EngineConfig(intra_op_threads=0, precision=args.precision))
     empty = 0
     if args.keep_references:
-        lines = [f"{source_text(s, data['src_tokens'])}\t{' '.join(t)}" for s in sorted(train) for t in train[s]]
+        lines = [f"{source_text(s, tokenization)}\t{' '.join(t)}" for s in sorted(train) for t in train[s]]
     else:
-        lines = labelled(engine, sorted(train), data["src_tokens"], args.beam_size)
+        lines = labelled(engine, sorted(train), tokenization, args.beam_size)
         empty = len(train) - len(lines)
     if args.unlabeled_wordfreq:
-        known = {source_text(pair.src, data["src_tokens"]) for pairs in splits.values() for pair in pairs}
+        known = {source_text(pair.src, tokenization) for pairs in splits.values() for pair in pairs}
         words = unlabeled_words(args.unlabeled_wordfreq, known)
-        lines += labelled(engine, [tuple(w) for w in words], data["src_tokens"], args.beam_size)
+        lines += labelled(engine, [tuple(w) for w in words], tokenization, args.beam_size)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
     print(json.dumps({"teacher": args.bundle, "out": str(args.out), "pairs": len(lines), "left_out_empty": empty,

@@ -20,6 +20,7 @@ from dataclasses import dataclass, fields
 
 from attnserve.config import ArgumentParser, add_fields, setting, values
 
+from attnserve.bundle import Manifest, as_manifest
 from training.data import load_described, read_lines, references, strip_stress
 from training.metrics import gold_wer, score
 
@@ -91,9 +92,8 @@ def hyps_from_bundle(path: str, sources: list, batch: int, beam_size: int, alpha
     """The bundle's best outputs of token sequences or, with texts, of raw spellings (keyed by the
     spelling, read as the server reads one: normalized, then tokenized)."""
     from service.engine.bundle import load_bundle
-    from service.config import EngineConfig
     from service.domain import DecodeOptions
-    from service.engine.engine import Engine
+    from service.engine.engine import Engine, EngineConfig
 
     engine = Engine(load_bundle(path), EngineConfig(intra_op_threads=0, precision=precision))
     options = DecodeOptions(beam_size=beam_size, length_penalty_alpha=alpha)
@@ -119,7 +119,8 @@ def gold_report(args) -> dict:
     return {"gold": str(args.gold), "wer_percent": round(wer, 4), "wrong": wrong, "words": len(rows)}
 
 
-def manifest_of(args) -> dict:
+def manifest_of(args) -> Manifest:
+    """The bundle's manifest, or the served model's (ModelInfo.manifest_json, of any known format)."""
     if args.bundle:
         from service.engine.bundle import load_bundle
 
@@ -131,7 +132,7 @@ def manifest_of(args) -> dict:
     with grpc.insecure_channel(args.server) as channel:
         info = pbg.TransducerStub(channel).GetModelInfo(pb.GetModelInfoRequest(model_name=args.model),
                                                         timeout=args.timeout_s)
-    return json.loads(info.manifest_json)
+    return as_manifest(json.loads(info.manifest_json))
 
 
 @dataclass(frozen=True)
@@ -171,24 +172,24 @@ def main(argv=None):
     if args.gold:
         started = time.perf_counter()
         report = gold_report(args)
-        print(json.dumps({"model": manifest["name"], "version": manifest["version"], **report,
+        print(json.dumps({"model": manifest.name, "version": manifest.version, **report,
                           "via": f"server {args.server}" if args.server else f"bundle {args.bundle} ({args.precision})",
                           "decoding": decoding_name(args), "seconds": round(time.perf_counter() - started, 2)},
                          indent=2, ensure_ascii=False))
         return
-    data = manifest["data"]
+    data = manifest.data
     refs = load_refs(data, args.split)
     sources = sorted(refs)
     started = time.perf_counter()
     if args.server:
-        hyps = hyps_from_server(args.server, sources, data["src_tokens"], args.batch, args.timeout_s,
+        hyps = hyps_from_server(args.server, sources, manifest.src_tokenization, args.batch, args.timeout_s,
                                 args.beam_size, args.length_penalty_alpha, args.model)
     else:
         hyps = hyps_from_bundle(args.bundle, sources, args.batch, args.beam_size, args.length_penalty_alpha,
                                 args.precision)
     seconds = time.perf_counter() - started
     s = score(hyps, refs)
-    report = {"model": manifest["name"], "version": manifest["version"], "split": args.split,
+    report = {"model": manifest.name, "version": manifest.version, "split": args.split,
               "via": f"server {args.server}" if args.server else f"bundle {args.bundle} ({args.precision})",
               "decoding": decoding_name(args),
               "wer": round(s.wer, 4), "per": round(s.per, 4), "words": s.words, "seconds": round(seconds, 2)}

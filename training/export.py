@@ -25,13 +25,14 @@ import numpy as np
 import torch
 import torch.nn as nn
 
+from attnserve.bundle import FORMAT_VERSION, hints, write
+from attnserve.bundle.text_policy import text_policy
 from attnserve.config import parse, setting
 from training.data import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Vocab, recorded_file, references
 from training.ensemble import Ensemble, check_members, held_out_data
 from training.evaluate import evaluate_engine, load_splits
 from training.lexicon import write_lexicon
 from training.model import DecoderState, ModelConfig, Seq2Seq
-from training.text_policy import text_policy
 from training.train import collate
 
 OPSET = 17
@@ -131,13 +132,13 @@ def decoder_step_graph(model: Seq2Seq) -> nn.Module:
     return FoldedGRUStep(model.decoder) if FoldedGRUStep.applies(model) else DecoderStepGraph(model)
 
 
-# What a bundle's checkpoint.pt keeps of a training checkpoint: what rebuilding the model needs.
+# What a saved checkpoint (--save-checkpoint) keeps of a training checkpoint: what rebuilding the model needs.
 SAVED_KEYS = ("model_config", "train_config", "data", "src_vocab", "tgt_vocab", "state_dict", "epoch", "dev_wer",
               "dev_per")
 
 
 def load_checkpoint(path: Path) -> tuple[Seq2Seq | Ensemble, dict]:
-    """A training checkpoint or a bundle's checkpoint.pt, which for an ensemble holds its members."""
+    """A training checkpoint, or one --save-checkpoint wrote, which for an ensemble holds its members."""
     ckpt = torch.load(path, map_location="cpu", weights_only=False)
     if "members" in ckpt:
         return load_ensemble(ckpt["members"], [f"{path} member {i}" for i in range(len(ckpt["members"]))])
@@ -170,14 +171,14 @@ def load_models(paths: list[Path]) -> tuple[Seq2Seq | Ensemble, dict]:
 
 
 def saved_checkpoint(ckpt: dict) -> dict:
-    """What the bundle's checkpoint.pt keeps: no optimizer, no history."""
+    """What --save-checkpoint keeps: no optimizer, no history."""
     if "members" in ckpt:
         return {"members": [saved_checkpoint(m) for m in ckpt["members"]]}
     return {k: ckpt[k] for k in SAVED_KEYS}
 
 
 def training_summary(ckpt: dict) -> dict:
-    """The manifest's `training`: a bundle's own checkpoint.pt, re-exported, has no history left."""
+    """The manifest's `training`: a saved checkpoint (--save-checkpoint), re-exported, has no history left."""
     if "members" in ckpt:
         return {"members": [training_summary(m) for m in ckpt["members"]]}
     history = ckpt.get("history", [])
@@ -247,8 +248,6 @@ def parity(model: Seq2Seq, engine, sources: list[tuple[str, ...]], src_vocab: Vo
 def bundle_hints(out: Path, record: dict, splits: dict) -> dict:
     """Copy the source hints a model trained with (train.py --source-hints) into its bundle; the manifest's
     `source_hints`. A symbol only hints bring is not one a served word may have (Engine.alphabet)."""
-    from service.engine import hints
-
     (out / hints.FILE).write_bytes(recorded_file(record).read_bytes())
     own = {c for split in ("train", "dev") for p in splits[split] for c in p.src}
     brought = hints.SourceHints(hints.read(out / hints.FILE), record["separator"]).symbols()
@@ -257,16 +256,16 @@ def bundle_hints(out: Path, record: dict, splits: dict) -> dict:
 
 
 def build_bundle(checkpoint: Path | list[Path], out: Path, name: str, version: str, parity_words: int,
-                 lexicon: bool = True) -> dict:
+                 lexicon: bool = True, save_checkpoint: Path | None = None) -> dict:
     """Export one checkpoint, or the ensemble of several, to a bundle with its parity checks and metrics
-    (and, unless told not to, its corpus as the lexicon the server answers first)."""
+    (and, unless told not to, its corpus as the lexicon the server answers first); the manifest's JSON
+    object. The bundle holds what serving reads, no checkpoint: `save_checkpoint` is where, outside it,
+    the weights exported (an ensemble's members in one file) are kept for fine-tuning or re-export."""
     import onnx
     import onnxruntime
 
-    from service.answering.textrules import bundle_language
-    from service.engine.bundle import load_bundle, write_manifest
-    from service.config import EngineConfig
-    from service.engine.engine import Engine
+    from service.engine.bundle import load_bundle
+    from service.engine.engine import Engine, EngineConfig
 
     model, ckpt = load_models(checkpoint if isinstance(checkpoint, list) else [checkpoint])
     data = ckpt["data"]
@@ -274,15 +273,19 @@ def build_bundle(checkpoint: Path | list[Path], out: Path, name: str, version: s
     max_len = ckpt["train_config"]["max_output_len"]
     splits = load_splits(data)
     export_graphs(model, out)
-    # The PyTorch weights travel with the graphs: for fine-tuning, and for `make bench`'s naive-server peer.
-    torch.save(saved_checkpoint(ckpt), out / "checkpoint.pt")
+    if save_checkpoint is not None:
+        save_checkpoint.parent.mkdir(parents=True, exist_ok=True)
+        torch.save(saved_checkpoint(ckpt), save_checkpoint)
     manifest = {
-        "name": name, "version": version, "created_unix": int(time.time()),
+        "format_version": FORMAT_VERSION, "name": name, "version": version, "created_unix": int(time.time()),
         "graphs": {"encoder": "encoder.onnx", "decoder_step": "decoder_step.onnx"},
         "src_vocab": src_vocab.itos, "tgt_vocab": tgt_vocab.itos,
         "special_ids": {"pad": PAD_ID, "bos": BOS_ID, "eos": EOS_ID, "unk": UNK_ID},
-        # what the server does to a source before tokenizing it (service/engine/engine.py NORMALIZATIONS)
+        "src_tokenization": data["src_tokens"], "tgt_tokenization": data["tgt_tokens"],
+        # what the server does to a source before tokenizing it (attnserve/bundle/normalization.py)
         **text_policy(data, splits, src_vocab.itos),
+        # the language its running text is read in (service/answering/textrules.py): CMUdict's is English
+        **({"language": "en"} if data["corpus"] == "cmudict" else {}),
         "max_output_len": max_len,
         "model_config": ckpt["model_config"], "train_config": ckpt["train_config"], "data": data,
         "training": training_summary(ckpt),
@@ -298,11 +301,9 @@ def build_bundle(checkpoint: Path | list[Path], out: Path, name: str, version: s
     }
     if data.get("source_hints"):
         manifest["source_hints"] = bundle_hints(out, data["source_hints"], splits)
-    if bundle_language(manifest):  # the language its running text is read in (service/answering/textrules.py)
-        manifest["language"] = bundle_language(manifest)
     if lexicon:
         manifest = write_lexicon(out, manifest)  # every pair of the corpus: the server answers those first
-    write_manifest(out, manifest)
+    write(out, manifest)
     # Parity through both ways the server decodes: the Python step loop (continuous batching,
     # beam search) and the ONNX Loop (request-level batching); the engine's metrics use the Loop.
     step_engine = Engine(load_bundle(out), EngineConfig(intra_op_threads=0, max_output_len=max_len,
@@ -319,8 +320,7 @@ def build_bundle(checkpoint: Path | list[Path], out: Path, name: str, version: s
     manifest["metrics"] = {"dev": evaluate_engine(engine, dev_refs), "measured_with": "onnxruntime, greedy"}
     if splits["test"]:
         manifest["metrics"]["test"] = evaluate_engine(engine, references(splits["test"]))
-    write_manifest(out, manifest)
-    return manifest
+    return write(out, manifest).to_dict()
 
 
 @dataclass(frozen=True)
@@ -330,13 +330,15 @@ class ExportConfig:
     name: str | None = setting(None, "model name (default: the parent directory of --out)")
     parity_words: int = setting(2000, "dev words the parity checks decode with PyTorch and with the graphs")
     no_lexicon: bool = setting(False, "ship no lexicon: every input is decoded by the model", switch=True)
+    save_checkpoint: Path | None = setting(None, "also save the exported weights here (an ensemble's members in "
+                                           "one file), outside the bundle")
 
 
 def main(argv=None):
     args = parse(ExportConfig, argv, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     name = args.name or args.out.parent.name
     manifest = build_bundle(args.checkpoint, args.out, name, args.out.name, args.parity_words,
-                            lexicon=not args.no_lexicon)
+                            lexicon=not args.no_lexicon, save_checkpoint=args.save_checkpoint)
     par = manifest["parity"]
     print(json.dumps({"parity": par, "metrics": manifest["metrics"]}, indent=2))
     if not parity_ok(par):

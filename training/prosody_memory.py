@@ -1,4 +1,4 @@
-"""Write a bundle's prosody memory (service/engine/prosody.py) from the pairs its model trained on.
+"""Write a bundle's prosody memory (attnserve/bundle/prosody.py) from the pairs its model trained on.
 
     python -m training.prosody_memory --bundle models/g2p-kor/1 --pairs kor_train.tsv kor_dev.tsv --mark ː \
         --prefixes 3 2 1 --segment-pair ʌ̹ ɘː
@@ -16,8 +16,8 @@ import unicodedata
 from collections import Counter, defaultdict
 from pathlib import Path
 
-from service.engine.bundle import MANIFEST, write_manifest
-from service.engine.prosody import FILE, markable
+from attnserve.bundle import read, write
+from attnserve.bundle.prosody import FILE, markable
 from training.data import read_lines
 
 
@@ -50,10 +50,10 @@ def add_memory(bundle: Path, pairs: list[tuple[str, str]], mark: str, prefixes: 
                segment_pairs: dict[str, str] | None = None, why: str = "") -> dict:
     """Write the memory into the bundle and its manifest; the manifest's `prosody_memory`. segment_pairs:
     bare -> marked segments beyond those that differ by the mark alone (prosody.markable)."""
-    manifest = json.loads((bundle / MANIFEST).read_text(encoding="utf-8"))
-    if manifest["data"]["src_tokens"] != "chars":
+    manifest = read(bundle)
+    if manifest.src_tokenization != "chars":
         raise ValueError("a prosody memory keys on a word's first characters: it needs a model of char sources")
-    with_mark = markable(manifest["tgt_vocab"], mark, segment_pairs)
+    with_mark = markable(list(manifest.tgt_vocab), mark, segment_pairs)
     if not with_mark:
         raise ValueError(f"no segment of the output vocabulary carries {mark!r} beside its bare form")
     place_checked(pairs, mark, with_mark)
@@ -63,7 +63,7 @@ def add_memory(bundle: Path, pairs: list[tuple[str, str]], mark: str, prefixes: 
     spec = {"mark": mark, "prefixes": list(prefixes), "pairs": segment_pairs or {}, "file": FILE,
             "trained_words": len(pairs), "entries": len(decided),
             "why": why or "words that share their first characters often share the mark"}
-    write_manifest(bundle, {**manifest, "prosody_memory": spec})
+    write(bundle, manifest.replace(prosody_memory=spec))
     return spec
 
 

@@ -30,13 +30,13 @@ from pathlib import Path
 import onnx
 from onnxruntime.quantization import QuantType, quantize_dynamic
 
+from attnserve.bundle import write
 from attnserve.config import parse, setting
-from service.config import EngineConfig
 from service.domain import DecodeOptions
 from service.engine.beam import beam_search
-from service.engine.bundle import load_bundle, write_manifest
+from service.engine.bundle import load_bundle
 from service.engine import engine as engine_module
-from service.engine.engine import Engine
+from service.engine.engine import Engine, EngineConfig
 from training.data import references
 from training.evaluate import evaluate_engine, load_splits
 from training.rowwise_int8 import quantize_rowwise, quantized_ops
@@ -108,39 +108,35 @@ def int8_speed(path: Path, sources: list, batch: int = 64, rounds: int = 5) -> d
 
 
 def record_speed(path: Path, check_words: int = 100) -> dict:
-    """Time a quantized bundle in both precisions into its manifest's int8.speed."""
-    manifest = dict(load_bundle(path).manifest)
-    dev_sources = sorted(references(load_splits(manifest["data"])["dev"]))[:check_words]
-    manifest["int8"] = {**manifest["int8"], "speed": int8_speed(path, dev_sources)}
-    write_manifest(path, {k: v for k, v in manifest.items() if k != "files"})
-    return manifest
+    """Time a quantized bundle in both precisions into its manifest's int8.speed; the manifest's JSON object."""
+    manifest = load_bundle(path).manifest
+    dev_sources = sorted(references(load_splits(manifest.data)["dev"]))[:check_words]
+    return write(path, manifest.replace(int8={**manifest.int8, "speed": int8_speed(path, dev_sources)})).to_dict()
 
 
 def quantize_bundle(path: Path, method: str = "rowwise", check_words: int = 300) -> dict:
+    """Add int8 graphs to the bundle, with what they measure; the manifest's JSON object."""
     bundle = load_bundle(path)
-    manifest = dict(bundle.manifest)
-    graphs = dict(manifest["graphs"])
+    graphs = dict(bundle.manifest.graphs)
     ops = {}
     for role in ("encoder", "decoder_step"):
         source = bundle.graph_path(role)
         target = source.with_name(source.stem + ".int8.onnx")
         ops[role] = write_int8_graph(source, target, role, method)
         graphs[f"{role}.int8"] = target.name
-    manifest["graphs"] = graphs
-    write_manifest(bundle.path, manifest)  # hash the new files before the engine loads them
+    manifest = write(bundle.path, bundle.manifest.replace(graphs=graphs))  # hashed before the engine loads them
     engine = Engine(load_bundle(bundle.path), EngineConfig(intra_op_threads=0, precision="int8",
-                                                           max_output_len=manifest.get("max_output_len", 40)))
-    splits = load_splits(manifest["data"])
+                                                           max_output_len=manifest.max_output_len or 40))
+    splits = load_splits(manifest.data)
     metrics = {split: evaluate_engine(engine, references(splits[split])) for split in ("dev", "test")}
     dev_sources = sorted(references(splits["dev"]))[:check_words]
-    manifest["int8"] = {"metrics": metrics, "quantized_ops": ops, "method": METHODS[method],
-                        "batch_independence": batch_independence(engine, dev_sources)}
-    write_manifest(bundle.path, manifest)
+    write(bundle.path, manifest.replace(int8={"metrics": metrics, "quantized_ops": ops, "method": METHODS[method],
+                                              "batch_independence": batch_independence(engine, dev_sources)}))
     # Timed in a process of its own: onnxruntime's thread pool is the process's, sized by its first
     # engine (this one's is every core), and a server worker decodes on one thread.
     subprocess.run([sys.executable, "-m", "training.quantize", "--bundle", str(bundle.path), "--speed"],
                    cwd=Path(__file__).resolve().parents[1], check=True, stdout=subprocess.DEVNULL)
-    return load_bundle(bundle.path).manifest
+    return load_bundle(bundle.path).manifest.to_dict()
 
 
 @dataclass(frozen=True)

@@ -73,8 +73,7 @@ def by_length(hyps: dict, refs: dict) -> dict[str, dict]:
 
 def measure(bundle, test_refs: dict) -> tuple:
     """Greedy test-split score of a loaded bundle through the ONNX engine, and WER/PER by source length."""
-    from service.config import EngineConfig
-    from service.engine.engine import Engine
+    from service.engine.engine import Engine, EngineConfig
 
     engine = Engine(bundle, EngineConfig(intra_op_threads=0, max_output_len=40))
     hyps = engine_hyps(engine, list(test_refs))
@@ -120,9 +119,8 @@ def run_variant(name: str, flags: dict, args, splits, desc, test_refs) -> dict:
 def hard_attention_rows(best: dict, test_refs: dict) -> list[dict]:
     """The best attention model decoded soft (as trained), hard and top-2 at inference."""
     from service.engine.bundle import load_bundle
-    from service.config import EngineConfig
     from service.domain import DecodeOptions
-    from service.engine.engine import Engine
+    from service.engine.engine import Engine, EngineConfig
 
     engine = Engine(load_bundle(Path(best["bundle"])), EngineConfig(intra_op_threads=0, max_output_len=40))
     rows = []
@@ -144,8 +142,8 @@ def shipped_row(model_dir: Path, test_refs: dict) -> dict | None:
         return {"error": str(e)}
     m = bundle.manifest
     test, lengths = measure(bundle, test_refs)
-    return {"name": f"{m['name']} {m['version']}", "bundle": str(bundle.path), "model_config": m["model_config"],
-            "parameters": m["parameters"], "test_wer": test.wer, "test_per": test.per, "by_length": lengths}
+    return {"name": f"{m.name} {m.version}", "bundle": str(bundle.path), "model_config": m.extra["model_config"],
+            "parameters": m.extra["parameters"], "test_wer": test.wer, "test_per": test.per, "by_length": lengths}
 
 
 def g2p_en_row(test_refs: dict) -> dict:
@@ -161,8 +159,7 @@ def g2p_en_row(test_refs: dict) -> dict:
 
 def plot_heatmaps(bundle_dir: str, name: str, path: Path) -> None:
     from service.engine.bundle import load_bundle
-    from service.config import EngineConfig
-    from service.engine.engine import Engine
+    from service.engine.engine import Engine, EngineConfig
 
     engine = Engine(load_bundle(Path(bundle_dir)), EngineConfig(intra_op_threads=0))
     decoded = engine.decode([list(w) for w in HEATMAP_WORDS])

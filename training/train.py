@@ -34,6 +34,7 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
+from attnserve.bundle.normalization import SOURCE_FORMS
 from attnserve.config import ArgumentParser, add_fields, setting, values
 from training.data import (BOS_ID, EOS_ID, PAD_ID, CMUDICT_FILTER_RULE, GIVEN_SPLIT_RULE, SPLIT_RULE, Pair, Vocab,
                            file_record, load_cmudict, load_given, load_tsv, references)
@@ -104,7 +105,7 @@ def load_corpus(args) -> tuple[dict[str, list[Pair]], dict]:
         splits = load_given(files, args.src_tokens, args.tgt_tokens, args.source_form)
         desc = {"corpus": "tsv", "files": files, "src_tokens": args.src_tokens, "tgt_tokens": args.tgt_tokens,
                 "split": GIVEN_SPLIT_RULE}
-        if args.source_form != "as-written":
+        if args.source_form != "none":
             desc["source_form"] = args.source_form
     desc.setdefault("split", SPLIT_RULE)
     if args.train_targets:  # knowledge distillation: a teacher's outputs replace the training targets
@@ -128,9 +129,9 @@ def load_corpus(args) -> tuple[dict[str, list[Pair]], dict]:
 
 
 def with_hints(splits: dict[str, list[Pair]], path: Path) -> tuple[dict[str, list[Pair]], dict]:
-    """Every split's sources read with their hints (service/engine/hints.py, as the server reads them), and how
+    """Every split's sources read with their hints (attnserve/bundle/hints.py, as the server reads them), and how
     a data description names the hints; the export copies them into the bundle."""
-    from service.engine.hints import SourceHints, read
+    from attnserve.bundle.hints import SourceHints, read
 
     hints = SourceHints(read(path))
     hinted = {k: [Pair(tuple(hints.extend(p.src)), p.tgt) for p in v] for k, v in splits.items()}
@@ -343,9 +344,9 @@ class RunConfig:
     test_tsv: Path | None = setting(None, "...and the test file (optional; never read in training)")
     src_tokens: str = setting("chars", "a source is its characters or its space-separated words",
                               choices=("chars", "words"))
-    source_form: str = setting("as-written", "given splits: nfd decomposes each source (Hangul syllables into "
-                               "their jamo, so an unseen syllable is letters the model has seen); the server does "
-                               "the same to inputs", choices=("as-written", "nfd"))
+    source_form: str = setting("none", "given splits: none reads each source as written, nfd decomposes each "
+                               "source (Hangul syllables into their jamo, so an unseen syllable is letters the model "
+                               "has seen); the server does the same to inputs", choices=tuple(SOURCE_FORMS))
     tgt_tokens: str = setting("words", "a target is its characters or its space-separated words",
                               choices=("chars", "words"))
     keep_stress: bool = setting(False, "keep CMUdict stress digits", switch=True)
@@ -356,7 +357,7 @@ class RunConfig:
                               "output rows over", choices=("same", "by-symbol"))
     train_targets: Path | None = setting(None, "source<TAB>target file replacing the training pairs: a teacher's "
                                          "outputs (python -m training.distill); dev and test keep their references")
-    source_hints: Path | None = setting(None, "word<TAB>hint file (service/engine/hints.py): a word it has is read "
+    source_hints: Path | None = setting(None, "word<TAB>hint file (attnserve/bundle/hints.py): a word it has is read "
                                         "with its hint after it, in training and by the server (char sources only)")
     train_on_dev: bool = setting(False, "given splits: the dev pairs train too, once every choice was made on dev "
                                  "without them; dev then picks nothing: export last.pt (--save-last true), the end "

@@ -242,7 +242,7 @@ def _build(study: Study, lang: str, variant: Variant, device: str = "", train_on
     staging = runs / "bundle" / "1"
     shutil.rmtree(staging.parent, ignore_errors=True)
     manifest = build_bundle(checkpoints if len(checkpoints) > 1 else checkpoints[0], staging, name, "1",
-                            parity_words=1000)
+                            parity_words=1000, save_checkpoint=runs / "checkpoint.pt")
     if not parity_ok(manifest["parity"]):
         raise SystemExit(f"{lang}: parity check failed: {manifest['parity']}")
     if variant.rules:
@@ -250,7 +250,6 @@ def _build(study: Study, lang: str, variant: Variant, device: str = "", train_on
     precision = served_precision(keep_int8_if_free(staging), "auto")
     scores = task_scores(study, staging, lang, precision)
     manifest = {k: v for k, v in load_bundle(staging).manifest.items() if k != "files"}
-    shutil.move(staging / "checkpoint.pt", runs / "checkpoint.pt")
     manifest["task_scores"] = {
         "scorer": "SIGMORPHON 2021 Task 1: WER %, a word right when its segments equal the gold ones; "
                   "through the engine, lexicon not consulted", "precision": precision, **scores,

@@ -9,7 +9,7 @@ and a served input, which never carries the mark, is read in Wiktionary's. The f
 entries for eng_us's dev and test words are left out, so that neither is seen in training, in any
 convention.
 
-write_hints writes the other way the models use CMUdict (service/engine/hints.py): each a-z word's first
+write_hints writes the other way the models use CMUdict (attnserve/bundle/hints.py): each a-z word's first
 transcription, in the same IPA, as a hint the model reads after the word's letters, in training and served. The
 rules allow any outside resource but Wiktionary, so the hints cover every word CMUdict has, dev and test words
 among them: a test word's hint is CMUdict's transcription, in CMUdict's conventions, never the task's gold one.

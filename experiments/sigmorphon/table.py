@@ -156,7 +156,7 @@ def recipe_lines(task: Task) -> list[str]:
                     "`[languages.<lang>.train]`; the later flag wins):", ("language", "own flags", "why"),
                     [(f"`{lang}`", f"`{' '.join(g.flags)}`", g.why) for lang, g in langs if g.flags])
     lines += _table(f"A language's prosody memory ({recipes}/<subtask>.toml `[languages.<lang>.prosody_memory]`; "
-                    "service/engine/prosody.py):", ("language", "mark", "by its first ... characters", "why"),
+                    "attnserve/bundle/prosody.py):", ("language", "mark", "by its first ... characters", "why"),
                     [(f"`{lang}`", f"`{m.mark}`", ", else ".join(map(str, m.prefixes)), m.why)
                      for lang, g in langs if (m := g.prosody_memory)])
     seeds = [(f"`{lang}`", ", ".join(map(str, g.seeds)), g.seeds_why) for lang, g in langs if g.seeds]

@@ -44,7 +44,7 @@ class Recipe:
 
 @dataclass(frozen=True)
 class ProsodyMemory:
-    """A language's prosody memory (service/engine/prosody.py), written into its bundle from the pairs its model
+    """A language's prosody memory (attnserve/bundle/prosody.py), written into its bundle from the pairs its model
     trained on (training/prosody_memory.py): `mark` on the output's first segment that can carry it, as most
     trained words beginning with the same characters have it, as many as `prefixes` allows, longest first."""
     mark: str

@@ -1,8 +1,8 @@
 """How a language's running text is read aloud: its abbreviations, letters, signs, currencies and
 number marks, from a data file per language (textdata/<language>.tsv) and a model's own file.
 
-The bundle declares its language (manifest `language`; bundles from before the field that were
-trained on CMUdict are English). A model's own file (models/<name>/text.tsv, or
+The bundle declares its language (the manifest's `language`, attnserve/bundle; bundles from before
+the field that were trained on CMUdict read as English). A model's own file (models/<name>/text.tsv, or
 <overrides-dir>/<name>.text.tsv) has the format of the shipped one, and a written form it lists
 replaces every line the shipped file has for it, as the overrides file's words win over the lexicon.
 A bad line is refused with its file and line number (LexiconError), and nothing of the file is taken.
@@ -30,15 +30,6 @@ NUM2WORDS = {"en": "en", "eng": "en", "fr": "fr", "fre": "fr", "fra": "fr", "de"
              "pl": "pl", "pol": "pl", "cs": "cs", "cze": "cs", "ces": "cs", "ru": "ru", "rus": "ru", "sv": "sv",
              "swe": "sv", "da": "da", "dan": "da", "fi": "fi", "fin": "fi", "tr": "tr", "tur": "tr", "uk": "uk",
              "ukr": "uk", "lt": "lt", "lit": "lt", "ca": "ca", "cat": "ca", "he": "he", "heb": "he"}
-
-
-def bundle_language(manifest: dict) -> str:
-    """The language a bundle declares; "en" for a CMUdict model from before the field; "" unknown."""
-    language = manifest.get("language")
-    if isinstance(language, str) and language:
-        return language
-    data = manifest.get("data")
-    return "en" if isinstance(data, dict) and data.get("corpus") == "cmudict" else ""
 
 
 def base_language(tag: str) -> str:

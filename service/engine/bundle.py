@@ -1,44 +1,34 @@
 """A model bundle on disk: `models/<name>/<version>/` with ONNX graphs and manifest.json.
 
-The manifest lists the sha256 of every file; a bundle whose files do not match
-is refused before onnxruntime ever reads them.
+The manifest (attnserve/bundle: the typed contract training writes) lists the sha256 of every file; a
+bundle whose files do not match is refused before onnxruntime ever reads them. Here: which version
+directory a model directory serves, and the contract's errors as the server's BundleError.
 """
 from __future__ import annotations
 
-import hashlib
-import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from attnserve.bundle import MANIFEST, Manifest, ManifestError, load, write
 from service.domain import BundleError, VersionNotFound
-
-MANIFEST = "manifest.json"
-FORMAT_VERSION = 1
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 @dataclass(frozen=True)
 class Bundle:
     path: Path
-    manifest: dict
+    manifest: Manifest
 
     @property
     def name(self) -> str:
-        return self.manifest["name"]
+        return self.manifest.name
 
     @property
     def version(self) -> str:
-        return str(self.manifest["version"])
+        return self.manifest.version
 
     def graph_path(self, role: str) -> Path:
-        graphs = self.manifest["graphs"]
+        graphs = self.manifest.graphs
         if role not in graphs:
             raise BundleError(self.path, f"no {role!r} graph in the manifest (has {sorted(graphs)}); "
                               f"int8 graphs come from `make quantize`")
@@ -70,31 +60,14 @@ def resolve(model_dir: Path, version: str = "") -> Path:
 
 
 def load_bundle(model_dir: Path, version: str = "") -> Bundle:
+    """The bundle, its manifest migrated to the current format and every file checked (attnserve.bundle.load)."""
     path = resolve(model_dir, version)
     try:
-        manifest = json.loads((path / MANIFEST).read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
-        raise BundleError(path / MANIFEST, f"cannot read the manifest ({type(e).__name__})") from e
-    if manifest.get("format_version") != FORMAT_VERSION:
-        raise BundleError(path, f"manifest format_version {manifest.get('format_version')!r}, "
-                          f"this server reads {FORMAT_VERSION}")
-    files = manifest.get("files") or {}
-    for role, name in manifest.get("graphs", {}).items():
-        if name not in files:
-            raise BundleError(path, f"graph {role!r} file {name!r} has no sha256 in the manifest")
-    for name, expected in files.items():
-        file = path / name
-        if not file.is_file():
-            raise BundleError(path, f"file {name!r} listed in the manifest is missing")
-        actual = sha256_file(file)
-        if actual != expected:
-            raise BundleError(path, f"sha256 mismatch for {name!r}: manifest says {expected[:12]}..., "
-                              f"file has {actual[:12]}... — the bundle is corrupt or was modified; refusing it")
-    return Bundle(path=path, manifest=manifest)
+        return Bundle(path=path, manifest=load(path))
+    except ManifestError as e:
+        raise BundleError(e.where, e.reason) from e
 
 
-def write_manifest(path: Path, manifest: dict) -> None:
-    """Hash every file in the bundle directory (but the manifest) and write the manifest."""
-    files = {p.name: sha256_file(p) for p in sorted(Path(path).iterdir()) if p.is_file() and p.name != MANIFEST}
-    manifest = {**manifest, "format_version": FORMAT_VERSION, "files": files}
-    (Path(path) / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
+def write_manifest(path: Path, manifest: Manifest | Mapping) -> Manifest:
+    """Hash every file in the bundle directory (but the manifest) and write the manifest (attnserve.bundle.write)."""
+    return write(path, manifest)

@@ -84,7 +84,7 @@ def decode_whole(engine: Engine, work: list[Work]) -> tuple[list[list[Decoded]],
 
 def settle(engine: Engine, hyps: list[list[Decoded]], options: list[DecodeOptions]) -> list[list[Decoded]]:
     """Each source's hypotheses (best first) with the bundle's prosody memory applied to the best
-    (service/engine/prosody.py); unchanged where the bundle has none. An output the memory edits is forced
+    (attnserve/bundle/prosody.py); unchanged where the bundle has none. An output the memory edits is forced
     through the model alone, so its score and attention are the model's whatever it was batched with; it
     goes first, and the same output lower in the list is dropped."""
     memory = engine.prosody

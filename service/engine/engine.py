@@ -15,17 +15,17 @@ parity check runs through the very graph that serves every mode.
 from __future__ import annotations
 
 import logging
-import unicodedata
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
 import onnx
 import onnxruntime as ort
 
+from attnserve.bundle import Manifest, as_manifest, hints, prosody
+from attnserve.bundle.normalization import normalizer
 from service.config import EngineConfig
 from service.domain import Decoded
-from service.engine import hints, prosody
 from service.engine.bundle import Bundle
 from service.engine import strategy
 from service.engine.loop_graph import STATE_NAMES, build_greedy_loop, run_loop, soft_only
@@ -149,7 +149,7 @@ def _session_options(threads: int) -> ort.SessionOptions:
 INT8_WER_TOLERANCE = 0.001  # 0.1 points of dev WER: int8 costs nothing within it
 
 
-def served_precision(manifest: dict, requested: str) -> str:
+def served_precision(manifest: Manifest | Mapping, requested: str) -> str:
     """The precision a bundle is served in: the one asked for, or for "auto" int8 when `make quantize`
     measured that its dev WER is within INT8_WER_TOLERANCE of fp32's (a choice made on dev, so
     that test figures stay untouched by it), that its answers do not depend on the batch (a word
@@ -159,27 +159,12 @@ def served_precision(manifest: dict, requested: str) -> str:
     the manifest, so every process serves one precision."""
     if requested != "auto":
         return requested
-    int8 = manifest.get("int8", {})
-    fp32_wer = manifest.get("metrics", {}).get("dev", {}).get("wer")
-    int8_wer = int8.get("metrics", {}).get("dev", {}).get("wer")
-    has_int8 = "encoder.int8" in manifest.get("graphs", {})
+    manifest = as_manifest(manifest)  # a manifest's JSON object, as experiments hold it, reads the same
+    fp32_wer, int8_wer = manifest.dev_wer, manifest.int8_dev_wer
+    has_int8 = "encoder.int8" in manifest.graphs
     free = fp32_wer is not None and int8_wer is not None and int8_wer - fp32_wer <= INT8_WER_TOLERANCE
-    slower = int8.get("speed", {}).get("int8_over_fp32", 0.0) > 1.0
-    independent = int8.get("batch_independence", {}).get("independent") is True
-    return "int8" if has_int8 and free and independent and not slower else "fp32"
-
-
-def _strip_accents_lower(text: str) -> str:
-    """NFKD, combining marks dropped, lower case: café -> cafe, Ångström -> angstrom."""
-    if text.isascii():  # nothing to decompose (most words): the same string, sooner
-        return text.lower()
-    return "".join(c for c in unicodedata.normalize("NFKD", text) if not unicodedata.combining(c)).lower()
-
-
-# A bundle's manifest names one (source_normalization); export writes it.
-NORMALIZATIONS = {"none": lambda t: t, "lower": str.lower, "nfkd-strip-accents-lower": _strip_accents_lower,
-                  "nfc": lambda t: unicodedata.normalize("NFC", t), "nfc-lower": lambda t: unicodedata.normalize("NFC", t.lower()),
-                  "nfd": lambda t: unicodedata.normalize("NFD", t), "nfd-lower": lambda t: unicodedata.normalize("NFD", t.lower())}
+    slower = manifest.int8_over_fp32 > 1.0
+    return "int8" if has_int8 and free and manifest.int8_batch_independent and not slower else "fp32"
 
 
 class Engine:
@@ -187,24 +172,22 @@ class Engine:
         m = bundle.manifest
         self.cfg = cfg
         self.name, self.version = bundle.name, bundle.version
-        self.src_vocab: list[str] = m["src_vocab"]
-        self.tgt_vocab: list[str] = m["tgt_vocab"]
+        self.src_vocab: list[str] = list(m.src_vocab)
+        self.tgt_vocab: list[str] = list(m.tgt_vocab)
         self._src_index = {t: i for i, t in enumerate(self.src_vocab)}
         self._tgt_index = {t: i for i, t in enumerate(self.tgt_vocab)}
-        ids = m["special_ids"]
-        self.pad_id, self.bos_id, self.eos_id, self.unk_id = ids["pad"], ids["bos"], ids["eos"], ids["unk"]
-        self.src_tokens_kind: str = m["data"]["src_tokens"]  # chars | words
-        self.tgt_joiner = "" if m["data"]["tgt_tokens"] == "chars" else " "
-        self.lowercase: bool = bool(m.get("lowercase_input", False))
-        # How sources are normalized before tokenizing (bundles from before this field: lower case or none).
-        self.normalization: str = m.get("source_normalization", "lower" if self.lowercase else "none")
-        if self.normalization not in NORMALIZATIONS:
-            raise ValueError(f"source_normalization {self.normalization!r} is not one of {sorted(NORMALIZATIONS)}")
+        ids = m.special_ids
+        self.pad_id, self.bos_id, self.eos_id, self.unk_id = ids.pad, ids.bos, ids.eos, ids.unk
+        self.src_tokens_kind: str = m.src_tokenization  # chars | words
+        self.tgt_joiner = "" if m.tgt_tokenization == "chars" else " "
+        # How sources are normalized before tokenizing (attnserve/bundle/normalization.py).
+        self.normalization: str = m.source_normalization
+        self._normalize = normalizer(self.normalization)
         self._specials = {self.pad_id, self.bos_id, self.eos_id, self.unk_id}
         self.hints = hints.load(m, bundle.path)  # read after each word's own symbols: encode
         # the source symbols a word may have: a symbol only hints bring (their separator) is not one
         self.alphabet = {t for i, t in enumerate(self.src_vocab) if i not in self._specials} - set(
-            m.get("source_hints", {}).get("hint_only_symbols", ()))
+            m.source_hints.hint_only_symbols if m.source_hints else ())
         opts = _session_options(cfg.intra_op_threads)
         providers = ["CPUExecutionProvider"]
         self.precision = served_precision(m, cfg.precision)
@@ -232,7 +215,7 @@ class Engine:
         self.prosody = prosody.load(m, bundle.path)  # applied after decoding: decoding.py settle
 
     def normalize(self, text: str) -> str:
-        return NORMALIZATIONS[self.normalization](text)
+        return self._normalize(text)
 
     def tokenize(self, text: str) -> list[str]:
         text = self.normalize(text).strip()  # "knight\n" is knight

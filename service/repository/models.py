@@ -22,7 +22,7 @@ from pathlib import Path
 
 from service.answering.answerer import Answerer
 from service.answering.lexicon import Lexicon, read_entries, read_tsv
-from service.answering.textrules import TextRules, bundle_language, read_rules
+from service.answering.textrules import TextRules, read_rules
 from service.config import Config, EngineConfig
 from service.domain import BundleError, LexiconError
 from service.engine.bundle import MANIFEST, Bundle, load_bundle, resolve
@@ -47,11 +47,11 @@ def warm_engine(bundle: Bundle, cfg: EngineConfig) -> Engine:
 
 def read_lexicon(bundle: Bundle, engine: Engine) -> Lexicon:
     """The bundle's lexicon (manifest `lexicon.file`), checked against the model's vocabulary."""
-    spec = bundle.manifest.get("lexicon")
-    if not spec:
+    spec = bundle.manifest.lexicon
+    if spec is None:
         return Lexicon()
     try:
-        return Lexicon(read_entries(bundle.path / spec["file"], engine.tokenize, engine.tokenize_target,
+        return Lexicon(read_entries(bundle.path / spec.file, engine.tokenize, engine.tokenize_target,
                                     engine.target_ids))
     except LexiconError as e:
         raise BundleError(bundle.path, f"its lexicon is refused: {e}") from None
@@ -169,7 +169,7 @@ class ModelManager:
     def _read_text_rules(self, bundle: Bundle) -> TextRules:
         """The bundle's language's rules under the model's own file; a bad own file is refused (logged)
         and the language's shipped rules serve alone."""
-        language, stamp = bundle_language(bundle.manifest), _mtime(self.text_rules_path)
+        language, stamp = bundle.manifest.language, _mtime(self.text_rules_path)
         self._text_rules_seen = stamp
         try:
             return read_rules(language, self.text_rules_path)
@@ -184,7 +184,7 @@ class ModelManager:
             return
         self._text_rules_seen = stamp
         try:
-            rules = await asyncio.to_thread(read_rules, bundle_language(bundle.manifest), self.text_rules_path)
+            rules = await asyncio.to_thread(read_rules, bundle.manifest.language, self.text_rules_path)
         except LexiconError as e:
             log.error("%s: text rules refused, the previous stay in force: %s", self.name, e)
             return

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from google.protobuf.message import DecodeError
 
+from attnserve.bundle import Manifest
 from attnserve.v1 import attnserve_pb2 as pb
 from service.answering.alphabet import ALPHABETS
 from service.answering.reading import TextAnswer, WordAnswer
@@ -252,28 +253,27 @@ def to_error_response(code_name: str, message: str, request_id: str) -> pb.Trans
     return pb.TransduceResponse(request_id=request_id, error=pb.Error(code=code_name, message=message))
 
 
-def to_model_info(manifest: dict, precision: str = "") -> pb.ModelInfo:
+def to_model_info(manifest: Manifest, precision: str = "") -> pb.ModelInfo:
     metrics = {}
-    for split, values in manifest.get("metrics", {}).items():
+    for split, values in manifest.metrics.items():
         if isinstance(values, dict):
             metrics.update({f"{split}_{k}": float(v) for k, v in values.items() if isinstance(v, (int, float))})
-    rest = {k: v for k, v in manifest.items() if k not in ("src_vocab", "tgt_vocab")}
-    return pb.ModelInfo(name=manifest["name"], version=str(manifest["version"]),
-                        source_vocab=manifest["src_vocab"], target_vocab=manifest["tgt_vocab"],
-                        config_json=json.dumps(manifest.get("model_config", {})), metrics=metrics,
-                        manifest_json=json.dumps(rest), has_attention=has_attention(manifest),
-                        attention_modes=attention_modes(manifest), precision=precision)
+    rest = {k: v for k, v in manifest.to_dict().items() if k not in ("src_vocab", "tgt_vocab")}
+    return pb.ModelInfo(name=manifest.name, version=manifest.version,
+                        source_vocab=manifest.src_vocab, target_vocab=manifest.tgt_vocab,
+                        config_json=json.dumps(manifest.extra.get("model_config", {})), metrics=metrics,
+                        manifest_json=json.dumps(rest), has_attention=manifest.has_attention,
+                        attention_modes=list(manifest.attention_modes), precision=precision)
 
 
-def has_attention(manifest: dict) -> bool:
-    """Whether the bundle's model has attention; bundles from before the attention-free
-    variants do not say, and all have it."""
-    return bool(manifest.get("has_attention", manifest.get("model_config", {}).get("attention") != "none"))
+def has_attention(manifest: Manifest) -> bool:
+    """Whether the bundle's model has attention (older bundles: attnserve/bundle/migrate.py)."""
+    return manifest.has_attention
 
 
-def attention_modes(manifest: dict) -> list[str]:
-    """The DecodeOptions.attention_mode values the bundle takes (older bundles: soft only)."""
-    return list(manifest.get("attention_modes", ["soft"] if has_attention(manifest) else []))
+def attention_modes(manifest: Manifest) -> list[str]:
+    """The DecodeOptions.attention_mode values the bundle takes."""
+    return list(manifest.attention_modes)
 
 
 def to_model_list(statuses, versions_of, default: str) -> pb.ListModelsResponse:

@@ -9,7 +9,8 @@ allows, the longest first (Korean: 3, 2, then 1 syllable) where most of those tr
 begins so, or as many have it as not, the model's output stands. decoding.py `settle` applies it after
 decoding, and the edited output is rescored by teacher forcing: its score and attention are the model's.
 
-Free of onnxruntime and of the engine: data and one pure decision.
+Free of onnxruntime, torch and the engine: data and one pure decision, the bundle's rule that the
+server applies and training/prosody_memory.py writes.
 """
 from __future__ import annotations
 
@@ -17,6 +18,8 @@ import unicodedata
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
+
+from attnserve.bundle.manifest import Manifest
 
 FILE = "prosody_memory.tsv"  # a word's beginning<TAB>1 (most trained words beginning so carry the mark) or 0
 
@@ -63,15 +66,15 @@ def markable(tgt_vocab: list[str], mark: str, pairs: dict[str, str] | None = Non
     return {**found, **{bare: marked for bare, marked in (pairs or {}).items() if {bare, marked} <= vocab}}
 
 
-def load(manifest: dict, path: Path) -> ProsodyMemory | None:
+def load(manifest: Manifest, path: Path) -> ProsodyMemory | None:
     """The bundle's memory, or None where its manifest has none."""
-    spec = manifest.get("prosody_memory")
-    if not spec:
+    spec = manifest.prosody_memory
+    if spec is None:
         return None
     marked = {}
     for line in (Path(path) / FILE).read_text(encoding="utf-8").splitlines():
         beginning, vote = line.split("\t")
         marked[beginning] = vote == "1"
-    vocab, mark = manifest["tgt_vocab"], spec["mark"]
-    return ProsodyMemory(mark, tuple(sorted(spec["prefixes"], reverse=True)), marked,
-                         markable(vocab, mark, spec.get("pairs")), frozenset(t for t in vocab if mark in t))
+    vocab, mark = list(manifest.tgt_vocab), spec.mark
+    return ProsodyMemory(mark, tuple(sorted(spec.prefixes, reverse=True)), marked,
+                         markable(vocab, mark, dict(spec.pairs)), frozenset(t for t in vocab if mark in t))

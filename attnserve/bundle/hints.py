@@ -9,12 +9,15 @@ training did: Engine.encode extends each source here, after the answering layer 
 symbols, and the attention returned covers the word's characters (the rest of each row went to the hint).
 
 The same function extends sources in training (training/train.py --source-hints) and in the export's parity
-check, so a hint is spelled one way everywhere. Free of onnxruntime: data and one pure function.
+check, so a hint is spelled one way everywhere: it is the bundle's rule, not the server's. Free of onnxruntime
+and torch: data and one pure function.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+
+from attnserve.bundle.manifest import Manifest
 
 FILE = "source_hints.tsv"  # word<TAB>hint, one word a line; the hint's characters are its tokens
 SEPARATOR = "|"  # between a word's letters and its hint; in no source of a model that has hints
@@ -50,9 +53,9 @@ def read(path: Path) -> dict[str, str]:
     return by_word
 
 
-def load(manifest: dict, path: Path) -> SourceHints | None:
+def load(manifest: Manifest, path: Path) -> SourceHints | None:
     """The bundle's hints, or None where its manifest has none."""
-    spec = manifest.get("source_hints")
-    if not spec:
+    spec = manifest.source_hints
+    if spec is None:
         return None
-    return SourceHints(read(Path(path) / spec["file"]), spec["separator"])
+    return SourceHints(read(Path(path) / spec.file), spec.separator)
