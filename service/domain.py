@@ -77,10 +77,12 @@ class Decoded:
     src_tokens: list[str]  # the source as the model saw it (unknown symbols kept as typed)
     output_ids: list[int]  # without </s>
     output_tokens: list[str]
-    score: float  # log-probability of the output, </s> included
+    log_prob: float  # log-probability of the output, </s> included
     attn: np.ndarray | None  # (T, S) float32; None for a model without attention
     finished: bool  # emitted </s> before the length limit
-    rank_score: float | None = None  # beam search: the length-normalised score it was ranked by
+    # What beam search ranked it by: log_prob / length ** alpha. None where nothing ranked it (greedy,
+    # forced): its score is then its log_prob, as on the wire (Result.score).
+    score: float | None = None
     self_attn: np.ndarray | None = None  # (heads, S, S) the encoder's self-attention, when the model has it
     token_log_probs: list[float] | None = None  # teacher forcing: log p of each output token, </s> last
     origin: str = MODEL  # MODEL (decoded), LEXICON or OVERRIDE (a given pronunciation, forced through)

@@ -82,7 +82,7 @@ class FakeEngine:
     tgt_joiner = " "
     tgt_vocab = ()  # answering reads it (an ARPAbet model's text has an IPA form): none here
     precision = "fp32"
-    src_tokens_kind = "words"  # no compound splitting (service/answering/compound.py): one text, one source
+    src_tokenization = "words"  # no compound splitting (service/answering/compound.py): one text, one source
     prosody = None  # no prosody memory (attnserve/bundle/prosody.py)
 
     def __init__(self, clock: Clock | None = None, call_s: float = 0.0, fail_on: str | None = None):
@@ -106,7 +106,7 @@ class FakeEngine:
         if self.fail_on in words:
             raise RuntimeError(f"engine failed on {self.fail_on}")
         return [Decoded(src_tokens=s, output_ids=list(range(len(s))), output_tokens=[t.upper() for t in s],
-                        score=-1.0, attn=np.eye(len(s), dtype=np.float32), finished=True) for s in sources]
+                        log_prob=-1.0, attn=np.eye(len(s), dtype=np.float32), finished=True) for s in sources]
 
 
 def answering(engine, batcher_cls=None, metrics=None, cache_entries=0, clock=time.perf_counter, **cfg) -> Answerer:
@@ -153,7 +153,7 @@ class StepEngine:
     eos_id = EOS
     tgt_joiner = ""
     precision = "fp32"
-    src_tokens_kind = "words"  # as FakeEngine: no compound splitting
+    src_tokenization = "words"  # as FakeEngine: no compound splitting
     prosody = None
     tgt_vocab = [chr(i) for i in range(200)]  # output id i is the symbol chr(i)
     # The real engine's length limit and results, not copies that could drift from them.

@@ -63,8 +63,8 @@ def test_wide_beam_equals_exhaustive_search(engine, word, alpha):
     for h, (rank, seq, log_prob) in zip(hyps, ref[:5]):
         ids = h.output_ids + ([EOS] if h.finished else [])
         assert ids == seq
-        assert h.score == pytest.approx(log_prob, abs=1e-4)
-        assert h.rank_score == pytest.approx(rank, abs=1e-4)
+        assert h.log_prob == pytest.approx(log_prob, abs=1e-4)
+        assert h.score == pytest.approx(rank, abs=1e-4)
 
 
 def test_each_hypothesis_has_its_own_attention(engine):

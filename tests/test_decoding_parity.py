@@ -50,7 +50,7 @@ def core(engine: Engine, sources, limits, modes) -> list:
 def assert_same(loop, stepped) -> None:
     for a, b in zip(loop, stepped, strict=True):
         assert (a.output_ids, a.finished, a.steps) == (b.output_ids, b.finished, b.steps)
-        assert np.float64(a.score).tobytes() == np.float64(b.score).tobytes()
+        assert np.float64(a.log_prob).tobytes() == np.float64(b.log_prob).tobytes()
         assert (a.attn is None) == (b.attn is None)
         assert a.attn is None or (a.attn.dtype == b.attn.dtype and np.array_equal(a.attn, b.attn))
 

@@ -40,7 +40,7 @@ def test_shapes_labels_and_attention_rows(tiny_bundle, greedy_loop):
         assert S == len(word) and r.src_tokens == list(word)
         assert T == len(r.output_tokens) + (1 if r.finished else 0)
         assert np.allclose(r.attn.sum(axis=1), 1.0, atol=1e-5)
-        assert r.score <= 0.0
+        assert r.log_prob <= 0.0
         assert all(t in engine.tgt_vocab for t in r.output_tokens)
 
 
@@ -85,7 +85,7 @@ def test_unknown_symbols_are_decoded_as_unk(tiny_bundle, greedy_loop):
     assert r.src_tokens == ["a", "€", "b"] and r.attn.shape[1] == 3
     a, b = engine.src_vocab.index("a"), engine.src_vocab.index("b")
     assert [f["src"].tolist() for f in engine.encoder.feeds] == [[[a, engine.unk_id, b]]] * 2  # the encoder saw <unk>
-    assert other.output_ids == r.output_ids and other.score == r.score and np.array_equal(other.attn, r.attn)
+    assert other.output_ids == r.output_ids and other.log_prob == r.log_prob and np.array_equal(other.attn, r.attn)
 
 
 def test_onnx_loop_decodes_exactly_as_the_step_loop(tiny_bundle):
@@ -100,7 +100,7 @@ def test_onnx_loop_decodes_exactly_as_the_step_loop(tiny_bundle):
         for a, b in zip(loop.decode(words, limits, modes), steps.decode(words, limits, modes)):
             assert a.output_ids == b.output_ids and a.finished == b.finished
             assert a.attn.shape == b.attn.shape and np.allclose(a.attn, b.attn, atol=1e-5)
-            assert a.score == pytest.approx(b.score, abs=1e-4)
+            assert a.log_prob == pytest.approx(b.log_prob, abs=1e-4)
 
 
 def test_the_loop_leaves_the_top_k_work_out_and_answers_bit_for_bit_as_the_whole_graph(tiny_bundle):
@@ -130,7 +130,7 @@ def test_the_loop_leaves_the_top_k_work_out_and_answers_bit_for_bit_as_the_whole
     alone, mixed = engine.decode(words), engine.decode(words, top_k=modes)
     for a, b, k in zip(alone, mixed, modes):
         if k == 0:
-            assert a.output_ids == b.output_ids and a.score == b.score and np.array_equal(a.attn, b.attn)
+            assert a.output_ids == b.output_ids and a.log_prob == b.log_prob and np.array_equal(a.attn, b.attn)
 
 
 # Counted in a process of its own: in the test's, threads that other tests left (gRPC's, executors')

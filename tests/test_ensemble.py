@@ -169,8 +169,8 @@ def test_the_engine_runs_the_ensemble_greedy_and_beam(ensemble_bundle, loop):
     for g, hyps in zip(greedy, beams):
         assert g.attn.shape == (g.steps, len(g.src_tokens))
         np.testing.assert_allclose(g.attn.sum(-1), 1.0, atol=1e-5)
-        assert hyps[0].score >= g.score - 1e-4  # beam search never finds worse than greedy here
-        assert all(math.isfinite(h.score) for h in hyps)
+        assert hyps[0].log_prob >= g.log_prob - 1e-4  # beam search never finds worse than greedy here
+        assert all(math.isfinite(h.log_prob) for h in hyps)
 
 
 async def test_the_server_serves_an_ensemble_bundle(ensemble_bundle):

@@ -52,7 +52,7 @@ def test_off_until_the_server_turns_it_on():
 class Engine:
     """What the answering stage reads of an engine: a character model of ARPAbet output."""
 
-    name, src_tokens_kind, tgt_joiner, precision = "fake", "chars", " ", "fp32"
+    name, src_tokenization, tgt_joiner, precision = "fake", "chars", " ", "fp32"
     tgt_vocab = ["<pad>", "<s>", "</s>", "<unk>", "AH0", "B", "N"]
     alphabet = set("abcdefghijklmnopqrstuvwxyz'")
     attention_modes = ("soft",)

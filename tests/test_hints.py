@@ -96,7 +96,7 @@ def test_served_a_hinted_word_answers_as_the_engine_does_and_a_hint_only_symbol_
         stub = pbg.TransducerStub(channel)
         reply = stub.Transduce(pb.TransduceRequest(inputs=[word]), timeout=60)
         assert list(reply.results[0].output_tokens) == expected.output_tokens
-        assert reply.results[0].score == pytest.approx(expected.score, abs=1e-5)
+        assert reply.results[0].score == pytest.approx(expected.log_prob, abs=1e-5)
         with pytest.raises(grpc.RpcError) as refused:
             stub.Transduce(pb.TransduceRequest(inputs=[f"a|{HINTED[0]}"]), timeout=60)
     assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT

@@ -69,11 +69,11 @@ def test_forced_scores_equal_pytorch_teacher_forcing_and_greedy_attention(tiny_b
         n = len(candidates[b]) + 1
         ref = log_probs[b, torch.arange(n), tgt_out[b, :n]].double().numpy()
         assert np.allclose(d.token_log_probs, ref, atol=1e-4), (b, d.token_log_probs, ref)
-        assert d.score == pytest.approx(float(ref.sum()), abs=1e-4)
+        assert d.log_prob == pytest.approx(float(ref.sum()), abs=1e-4)
     for b, g in enumerate(greedy):  # the greedy output forced back: the decoder's own attention and score
         assert forced[b].output_ids == g.output_ids and forced[b].attn.shape == g.attn.shape
         assert np.allclose(forced[b].attn, g.attn, atol=1e-5)
-        assert forced[b].score == pytest.approx(g.score, abs=1e-4)
+        assert forced[b].log_prob == pytest.approx(g.log_prob, abs=1e-4)
 
 
 def test_bad_lexicon_lines_name_file_and_line(tmp_path, tiny_bundle):

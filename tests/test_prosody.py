@@ -115,17 +115,17 @@ def test_the_engine_applies_the_memory_on_every_path_with_one_answer(kor_engine)
     for i, (a, b) in enumerate(zip(alone, together)):
         model = engine.decode([tokens[i]])[0]
         assert a.output_tokens == engine.prosody.decide(model.src_tokens, model.output_tokens)
-        assert (b.output_tokens, b.score) == (a.output_tokens, a.score)
-        assert (stepped[i].output_tokens, stepped[i].score) == (a.output_tokens, a.score)
+        assert (b.output_tokens, b.log_prob) == (a.output_tokens, a.log_prob)
+        assert (stepped[i].output_tokens, stepped[i].log_prob) == (a.output_tokens, a.log_prob)
         (forced,) = force(engine, [tokens[i]], [a.output_ids])
-        assert a.score == forced.score and a.attn.shape == forced.attn.shape
+        assert a.log_prob == forced.log_prob and a.attn.shape == forced.attn.shape
     beams = decode_whole(engine, [Work(t, beam) for t in tokens])[0]
     for t, hyps in zip(tokens, beams):
         best = hyps[0]
         assert [h.output_ids for h in hyps].count(best.output_ids) == 1
-        assert (best.output_tokens, best.score) == (
+        assert (best.output_tokens, best.log_prob) == (
             (decode_whole(engine, [Work(t, beam)])[0][0][0].output_tokens,
-             decode_whole(engine, [Work(t, beam)])[0][0][0].score))
+             decode_whole(engine, [Work(t, beam)])[0][0][0].log_prob))
 
 
 def test_shipped_memory_is_the_recipes():

@@ -77,11 +77,11 @@ def test_an_int8_word_has_one_answer_alone_or_beside_longer_louder_words(quantiz
     alone = engine.decode([word])[0]
     for batch in ([word] + neighbours, neighbours + [word], neighbours[:1] + [word] * 3):
         d = engine.decode(batch)[batch.index(word)]
-        assert d.output_ids == alone.output_ids and abs(d.score - alone.score) <= 1e-5
+        assert d.output_ids == alone.output_ids and abs(d.log_prob - alone.log_prob) <= 1e-5
     options = DecodeOptions(beam_size=4)
     best = beam_search(engine, [word], options)[0][0]
     beside = beam_search(engine, neighbours + [word], options)[-1][0]
-    assert beside.output_ids == best.output_ids and abs(beside.score - best.score) <= 1e-5
+    assert beside.output_ids == best.output_ids and abs(beside.log_prob - best.log_prob) <= 1e-5
 
 
 def test_the_dynamic_method_fails_the_batch_check_and_auto_serves_it_fp32(tiny_bundle, tmp_path):

@@ -30,6 +30,6 @@ def test_a_word_padded_beside_a_longer_one_keeps_its_answer(name):
     moved = []
     for word in words:
         alone, padded = engine.decode([word])[0], engine.decode([word, longer])[0]
-        if alone.output_ids != padded.output_ids or abs(alone.score - padded.score) > SCORE_TOLERANCE:
-            moved.append(("".join(word), alone.score, padded.score))
+        if alone.output_ids != padded.output_ids or abs(alone.log_prob - padded.log_prob) > SCORE_TOLERANCE:
+            moved.append(("".join(word), alone.log_prob, padded.log_prob))
     assert moved == [], (engine.precision, moved)

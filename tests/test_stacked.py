@@ -110,7 +110,7 @@ def test_a_stacked_ensemble_gives_a_word_one_answer_alone_or_in_a_batch(stacked_
     for word, together in zip(words, batched):
         alone = engine.decode([word])[0]
         assert alone.output_ids == together.output_ids, word
-        assert abs(alone.score - together.score) <= 1e-4, word
+        assert abs(alone.log_prob - together.log_prob) <= 1e-4, word
         np.testing.assert_allclose(alone.attn, together.attn, atol=1e-5)
 
 

@@ -132,7 +132,7 @@ async def test_variant_trains_exports_with_parity_and_serves(name, small_corpus,
             together = engine.decode([list(w) for w in WORDS])
             for word, d in zip(WORDS, together):
                 alone = engine.decode([list(word)])[0]
-                assert alone.output_tokens == d.output_tokens and np.isclose(alone.score, d.score, atol=1e-5)
+                assert alone.output_tokens == d.output_tokens and np.isclose(alone.log_prob, d.log_prob, atol=1e-5)
                 assert np.allclose(alone.attn, d.attn, atol=1e-5)
         # Continuous batching: a row joins another mid-word (its alignment padded to the longer source) and
         # leaves (trimmed back); each step's log-probabilities are the row's own, as if it ran alone.
@@ -167,7 +167,7 @@ def test_api_edge_attention_modes_and_models_without_attention():
                              (dict(attention_mode=7), "options.attention_mode must be one of")]:
         with pytest.raises(BadRequest, match=message):
             convert.parse_transduce(request(**options).SerializeToString(), limits)
-    d = Decoded(src_tokens=list("ab"), output_ids=[5], output_tokens=["X"], score=-1.0, attn=None, finished=True)
+    d = Decoded(src_tokens=list("ab"), output_ids=[5], output_tokens=["X"], log_prob=-1.0, attn=None, finished=True)
     assert d.steps == 2 and not convert.to_result([d], " ", return_attention=True).HasField("attention")
     from attnserve.bundle import as_manifest  # format 1, migrated (attnserve/bundle/migrate.py)
 

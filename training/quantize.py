@@ -76,7 +76,7 @@ def batch_independence(engine: Engine, sources: list, batch: int = 64, beam_size
         for i in range(0, len(mixed), batch):
             chunk = [list(s) for s in mixed[i:i + batch]]
             together.update({tuple(s): h[0] for s, h in zip(chunk, run(chunk))})
-        deltas = [abs(alone[s].score - together[s].score) for s in alone]
+        deltas = [abs(alone[s].log_prob - together[s].log_prob) for s in alone]
         out[mode] = {"outputs_changed": sum(alone[s].output_ids != together[s].output_ids for s in alone),
                      "scores_moved": sum(d > SCORE_TOLERANCE for d in deltas), "max_score_delta": max(deltas)}
     out["independent"] = all(out[m]["outputs_changed"] == 0 and out[m]["scores_moved"] == 0

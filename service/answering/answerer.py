@@ -91,7 +91,7 @@ class Answerer:
         options = self.same_options(replace(options, n_best=1, beam_size=min(options.beam_size, 16)))
         if self._script is None:
             engine = self.engine
-            self._script = Script(engine.src_tokens_kind == "chars", frozenset(engine.alphabet), engine.normalize,
+            self._script = Script(engine.src_tokenization == "chars", frozenset(engine.alphabet), engine.normalize,
                                   engine.tokenize)
         known = KnownWords(self.lexicon, self.engine.tokenize) if self.cfg.lexicon else frozenset()
         read = [self._reader.read(t, self._script, known) for t in texts]
@@ -175,7 +175,7 @@ class Answerer:
         return [hyps[0] for hyps in results]
 
     def _words(self, text: str) -> list[str] | None:
-        if self.engine.src_tokens_kind != "chars":
+        if self.engine.src_tokenization != "chars":
             return None
         return split_words(self.engine.normalize(text), self.engine.alphabet)
 

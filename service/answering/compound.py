@@ -55,7 +55,7 @@ def join_words(text_tokens: list[str], words: list[list[str]], answers: list[Dec
             attn[r, offsets[-1]:offsets[-1] + last.attn.shape[1]] = last.attn[-1]
     origins = {d.origin for d in answers}
     return replace(answers[0], src_tokens=list(text_tokens), output_ids=[i for d in answers for i in d.output_ids],
-                   output_tokens=out_tokens, score=sum(d.score for d in answers), attn=attn,
-                   finished=all(d.finished for d in answers), rank_score=None, self_attn=None,
+                   output_tokens=out_tokens, log_prob=sum(d.log_prob for d in answers), attn=attn,
+                   finished=all(d.finished for d in answers), score=None, self_attn=None,
                    token_log_probs=None, origin=origins.pop() if len(origins) == 1 else "MODEL",
                    unknown_positions=tuple(off + p for off, d in zip(offsets, answers) for p in d.unknown_positions))

@@ -51,8 +51,8 @@ class TextAnswer:
     pronunciation: str  # the words' pronunciations by the separator, punctuation (and what is unread) in place
 
     @property
-    def score(self) -> float:
-        return sum(w.hyp.score for t in self.tokens for w in t.words)
+    def log_prob(self) -> float:
+        return sum(w.hyp.log_prob for t in self.tokens for w in t.words)
 
 
 @dataclass(frozen=True)

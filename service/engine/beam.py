@@ -121,7 +121,7 @@ def _advance(src: _Source, log_probs: np.ndarray, attn: np.ndarray | None, step:
 
 def _results(engine: Engine, src: _Source, n_best: int, self_attn: np.ndarray | None) -> list[Decoded]:
     out = []
-    for rank_score, hyp in src.finished[:n_best]:
+    for score, hyp in src.finished[:n_best]:
         d = engine.result(src.tokens, hyp.ids, hyp.attention(len(src.tokens)), hyp.log_prob, self_attn)
-        out.append(replace(d, rank_score=rank_score))
+        out.append(replace(d, score=score))
     return out

@@ -100,8 +100,8 @@ def settle(engine: Engine, hyps: list[list[Decoded]], options: list[DecodeOption
         ids = engine.target_ids(edited)
         (forced,) = force(engine, [best.src_tokens], [ids], [opts.attention_top_k])
         alpha = opts.length_penalty_alpha  # ranked as beam.py ranks: log_prob / length ** alpha
-        rank = None if best.rank_score is None else forced.score / forced.steps ** alpha if alpha else forced.score
-        settled.append([replace(forced, token_log_probs=None, rank_score=rank),
+        score = None if best.score is None else forced.log_prob / forced.steps ** alpha if alpha else forced.log_prob
+        settled.append([replace(forced, token_log_probs=None, score=score),
                         *(h for h in hs[1:] if h.output_ids != ids)])
     return settled
 

@@ -178,7 +178,7 @@ class Engine:
         self._tgt_index = {t: i for i, t in enumerate(self.tgt_vocab)}
         ids = m.special_ids
         self.pad_id, self.bos_id, self.eos_id, self.unk_id = ids.pad, ids.bos, ids.eos, ids.unk
-        self.src_tokens_kind: str = m.src_tokenization  # chars | words
+        self.src_tokenization: str = m.src_tokenization  # chars | words
         self.tgt_joiner = "" if m.tgt_tokenization == "chars" else " "
         # How sources are normalized before tokenizing (attnserve/bundle/normalization.py).
         self.normalization: str = m.source_normalization
@@ -219,7 +219,7 @@ class Engine:
 
     def tokenize(self, text: str) -> list[str]:
         text = self.normalize(text).strip()  # "knight\n" is knight
-        return list(text) if self.src_tokens_kind == "chars" else text.split()
+        return list(text) if self.src_tokenization == "chars" else text.split()
 
     def unknown_symbols(self, tokens: list[str]) -> list[tuple[int, str]]:
         """(position, symbol) of each source token outside the model's alphabet."""
@@ -339,12 +339,12 @@ class Engine:
                self_attn: np.ndarray | None = None) -> Decoded:
         """A Decoded from one row's emitted ids (</s> last when finished), their log_prob, its (>=T, >=S)
         attention (None without attention) and its (heads, >=S, >=S) self-attention (None without).
-        Decoded.score is that log_prob (docs/glossary.md)."""
+        Decoded.log_prob is that log_prob (docs/glossary.md)."""
         steps, S = len(ids), len(src_tokens)
         out = [int(i) for i in ids if i != self.eos_id]
         finished = steps > 0 and int(ids[steps - 1]) == self.eos_id
         return Decoded(src_tokens=list(src_tokens), output_ids=out,
-                       output_tokens=[self.tgt_vocab[i] for i in out], score=log_prob,
+                       output_tokens=[self.tgt_vocab[i] for i in out], log_prob=log_prob,
                        attn=None if attn is None else np.ascontiguousarray(attn[:steps, :S], dtype=np.float32),
                        finished=finished,
                        self_attn=None if self_attn is None else np.ascontiguousarray(self_attn[:, :S, :S]))

@@ -79,7 +79,7 @@ def _fill_hyp(out: pb.Result, d: Decoded, tokens: list[str], text: str, score: f
     """One hypothesis, its output given as `tokens` and `text` (the model's own symbols, or a word's
     in the alphabet its text call asked for)."""
     out.output_tokens.extend(tokens)
-    out.output_text, out.log_prob, out.finished = text, d.score, d.finished
+    out.output_text, out.log_prob, out.finished = text, d.log_prob, d.finished
     out.score, out.origin = score, ORIGIN_OF[d.origin]
     if d.token_log_probs:
         out.token_log_probs.extend(d.token_log_probs)
@@ -94,7 +94,7 @@ def _fill_hyp(out: pb.Result, d: Decoded, tokens: list[str], text: str, score: f
 def _fill_result(out: pb.Result, hyps: list[Decoded], joiner: str, return_attention: bool) -> None:
     """The best hypothesis, with the others (beam search n_best) as its alternatives."""
     d = hyps[0]
-    _fill_hyp(out, d, d.output_tokens, joiner.join(d.output_tokens), d.score if d.rank_score is None else d.rank_score,
+    _fill_hyp(out, d, d.output_tokens, joiner.join(d.output_tokens), d.log_prob if d.score is None else d.score,
               return_attention)
     for h in hyps[1:]:
         _fill_result(out.alternatives.add(), [h], joiner, return_attention)
@@ -173,7 +173,7 @@ def _fill_text_word(word: pb.TextWord, w: WordAnswer, text: str, return_attentio
     if w.alternatives:
         word.alternatives.extend(w.alternatives)
     d = w.hyp
-    _fill_hyp(word.result, d, w.tokens, w.text, d.score, return_attention)
+    _fill_hyp(word.result, d, w.tokens, w.text, d.log_prob, return_attention)
     if return_attention and d.attn is not None and w.char_attn is not None:
         word.char_attention.CopyFrom(pb.Attention(
             rows=d.attn.shape[0], cols=w.char_attn.shape[1], weights=w.char_attn.ravel().tolist(),
@@ -193,7 +193,7 @@ def _fill_text_result(out: pb.TextResult, answer: TextAnswer, return_attention: 
         if t.token.unread:
             token.unread.extend(t.token.unread)
             complete = False
-    out.spoken, out.pronunciation, out.log_prob, out.complete = answer.spoken, answer.pronunciation, answer.score, complete
+    out.spoken, out.pronunciation, out.log_prob, out.complete = answer.spoken, answer.pronunciation, answer.log_prob, complete
 
 
 def to_text_response(answers: list[TextAnswer], call: TextCall, name: str, version: str) -> pb.TransduceTextResponse:

@@ -191,7 +191,7 @@ def text_json(answer: TextAnswer, return_attention: bool) -> dict:
     """One text's TOKENS element: its tokens, their words and the words' attention on the text."""
     def word(w):
         out = {"text": w.word.text, "start": w.word.start, "end": w.word.end, "pronunciation": w.text,
-               "tokens": w.tokens, "origin": w.hyp.origin, "log_prob": w.hyp.score,
+               "tokens": w.tokens, "origin": w.hyp.origin, "log_prob": w.hyp.log_prob,
                "alternatives": list(w.alternatives), "choice": w.choice}
         if return_attention and w.char_attn is not None:
             out["char_attention"] = {"rows": w.char_attn.shape[0], "cols": w.char_attn.shape[1],
@@ -206,7 +206,7 @@ def text_json(answer: TextAnswer, return_attention: bool) -> dict:
 def text_output_array(name: str, answers: list[TextAnswer], return_attention: bool):
     B = len(answers)
     if name == "SCORE":
-        return [B], np.array([a.score for a in answers], dtype="<f4")
+        return [B], np.array([a.log_prob for a in answers], dtype="<f4")
     if name == "OUTPUT":
         return [B], [a.pronunciation.encode("utf-8") for a in answers]
     if name == "SPOKEN":
@@ -241,7 +241,7 @@ def output_array(name: str, hyps: list[list[Decoded]], joiner: str, per_hypothes
     if name == "OUTPUT":
         return lead, [joiner.join(d.output_tokens).encode("utf-8") if d else b"" for row in grid for d in row]
     if name == "SCORE":
-        return lead, np.array([[d.score if d else -np.inf for d in row] for row in grid], dtype="<f4").reshape(lead)
+        return lead, np.array([[d.log_prob if d else -np.inf for d in row] for row in grid], dtype="<f4").reshape(lead)
     if name == "OUTPUT_LENGTH":
         return lead, np.array([[d.steps if d else 0 for d in row] for row in grid], dtype="<i4").reshape(lead)
     # ATTENTION: one dense tensor needs one T and S, so shorter items are zero-padded;
