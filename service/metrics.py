@@ -15,7 +15,7 @@ import os
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.multiprocess import MultiProcessCollector
 
-# From 0.1 ms to 10 s: a single word decodes in about a millisecond, a full batch in tens.
+# From 0.1 ms to 10 s: a lone word decodes near the low end, a full batch under load towards the high end.
 LATENCY_BUCKETS_S = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
                      0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
