@@ -15,8 +15,8 @@ from training.export import export_graphs, load_checkpoint, parity
 from training.model import ModelConfig, Seq2Seq
 
 
-def test_tiny_bundle_passes_parity_on_1000_dev_words(tiny_bundle):
-    manifest = load_bundle(tiny_bundle).manifest
+def test_tiny_bundle_passes_parity_on_1000_dev_words(trained_bundle):
+    manifest = load_bundle(trained_bundle).manifest
     par = manifest["parity"]
     assert par["words"] >= 1000
     assert par["output_mismatches"] == 0
@@ -27,9 +27,9 @@ def test_tiny_bundle_passes_parity_on_1000_dev_words(tiny_bundle):
 
 
 @pytest.mark.parametrize("batch,length", [(1, 1), (2, 13), (37, 4), (5, 30)])
-def test_axes_are_dynamic_at_sizes_unlike_the_export_example(tiny_checkpoint, tiny_bundle, batch, length):
+def test_axes_are_dynamic_at_sizes_unlike_the_export_example(tiny_checkpoint, trained_bundle, batch, length):
     model, ckpt = load_checkpoint(tiny_checkpoint)
-    engine = Engine(load_bundle(tiny_bundle), EngineConfig(max_output_len=12))
+    engine = Engine(load_bundle(trained_bundle), EngineConfig(max_output_len=12))
     rng = np.random.default_rng(batch * 100 + length)
     letters = ckpt["src_vocab"][4:]
     words = [list(rng.choice(letters, size=rng.integers(1, length + 1))) for _ in range(batch)]

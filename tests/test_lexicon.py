@@ -29,10 +29,10 @@ from training.train import collate
 
 
 @pytest.fixture(scope="module")
-def lexicon_model(tiny_bundle, tmp_path_factory):
+def lexicon_model(tiny_corpus_bundle, tmp_path_factory):
     """The tiny model with its corpus as its lexicon, as export ships it."""
     model_dir = tmp_path_factory.mktemp("lex") / "tiny"
-    shutil.copytree(tiny_bundle, model_dir)
+    shutil.copytree(tiny_corpus_bundle, model_dir)
     bundle = load_bundle(model_dir)
     write_manifest(bundle.path, write_lexicon(bundle.path, {k: v for k, v in bundle.manifest.items() if k != "files"}))
     return model_dir
@@ -49,8 +49,8 @@ def corpus(lexicon_model):
     return by_word
 
 
-def test_forced_scores_equal_pytorch_teacher_forcing_and_greedy_attention(tiny_bundle):
-    bundle = load_bundle(tiny_bundle)
+def test_forced_scores_equal_pytorch_teacher_forcing_and_greedy_attention(trained_bundle):
+    bundle = load_bundle(trained_bundle)
     engine = Engine(bundle, EngineConfig(intra_op_threads=1, greedy_loop="python"))
     model, ckpt = load_checkpoint(bundle.path / "checkpoint.pt")
     model.eval()

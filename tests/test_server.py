@@ -33,8 +33,9 @@ def config(model_dir, mode="continuous", **server):
 
 
 @pytest_asyncio.fixture(loop_scope="session", scope="module", params=["continuous", "request"])
-async def server(tiny_bundle, request):
-    async with serving(config(tiny_bundle, mode=request.param)) as s:
+async def server(tiny_corpus_bundle, request):
+    # beside its corpus: attnserve-eval --server reads the test split the manifest names
+    async with serving(config(tiny_corpus_bundle, mode=request.param)) as s:
         yield s
 
 
