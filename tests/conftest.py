@@ -1,6 +1,6 @@
 """Shared fixtures: the tiny model committed as a real bundle (tests/fixtures/make_tiny.py makes it),
-the same model trained afresh for the tests of training and export, and a gRPC channel and stub to
-the server a module serves.
+the same model trained afresh for the tests of training and export, one server per module or test
+built from the module's `server_setup`, and a gRPC channel and stub to it.
 
 Serving tests import no torch: the fixtures they use read committed files (tests/test_no_torch.py
 holds them to it). Only tiny_checkpoint and trained_bundle train, and import torch when they do."""
@@ -67,9 +67,39 @@ def trained_bundle(tiny_checkpoint, tmp_path_factory) -> Path:
     return make_tiny.export(tiny_checkpoint, tmp_path_factory.mktemp("models") / "tiny")
 
 
+# --- servers -----------------------------------------------------------------------------------
+
+@pytest_asyncio.fixture(loop_scope="session", scope="module")
+async def module_server(server_setup):
+    """The server a module's tests share (one per parameter of its server_setup); None where the
+    module asks for a fresh server per test."""
+    from tests.live import serving
+
+    if server_setup.per_test:
+        yield None
+        return
+    async with serving(server_setup.config) as s:
+        server_setup.prepare(s)
+        yield s
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def server(server_setup, module_server):
+    """A real server on loopback as the module's `server_setup` fixture describes it (a
+    tests.live.ServerSetup): shared by the module's tests, or fresh for each test."""
+    from tests.live import serving
+
+    if module_server is not None:
+        yield module_server
+        return
+    async with serving(server_setup.config) as s:
+        server_setup.prepare(s)
+        yield s
+
+
 @pytest_asyncio.fixture(loop_scope="session")
 async def channel(server):
-    """A gRPC channel to the `server` fixture of the module using it (each such module has one)."""
+    """A gRPC channel to the `server` fixture of the module using it."""
     import grpc
 
     async with grpc.aio.insecure_channel(f"127.0.0.1:{server.port}") as ch:
