@@ -26,6 +26,21 @@ def test_tiny_bundle_passes_parity_on_1000_dev_words(trained_bundle):
         assert key in manifest, key
 
 
+def test_the_committed_tiny_bundle_is_what_make_tiny_makes(trained_bundle, tiny_corpus):
+    """tests/fixtures/make_tiny.py is the committed bundle's one source: the model trained here by its
+    recipe has the committed one's configuration and corpus, and the committed one is in commit form."""
+    import hashlib
+
+    from tests.fixtures import make_tiny
+
+    committed, fresh = load_bundle(make_tiny.FIXTURE).manifest, load_bundle(trained_bundle).manifest
+    for key in ("model_config", "train_config", "src_vocab", "tgt_vocab", "special_ids", "graphs", "parameters"):
+        assert committed[key] == fresh[key], key
+    sha256 = hashlib.sha256(tiny_corpus.read_bytes()).hexdigest()
+    assert committed["data"] == {**fresh["data"], "path": make_tiny.CORPUS_NAME, "sha256": sha256}
+    assert set(committed["files"]) == {"encoder.onnx", "decoder_step.onnx"} and committed["created_unix"] == 0
+
+
 @pytest.mark.parametrize("batch,length", [(1, 1), (2, 13), (37, 4), (5, 30)])
 def test_axes_are_dynamic_at_sizes_unlike_the_export_example(tiny_checkpoint, trained_bundle, batch, length):
     model, ckpt = load_checkpoint(tiny_checkpoint)
