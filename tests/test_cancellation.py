@@ -26,8 +26,9 @@ def server_setup(tiny_bundle):
         engine = s.batcher.engine
         engine.step = Pacer(engine.step)
 
-    return ServerSetup(loopback_config(tiny_bundle, server={"metrics_port": -1}, answering={"cache_entries": 0},
-                                       batcher={"mode": "continuous", "max_batch_size": 16}), per_test=True, prepare=pace)
+    cfg = loopback_config(tiny_bundle, server={"metrics_port": -1}, answering={"cache_entries": 0},
+                          batcher={"mode": "continuous", "max_batch_size": 16})
+    return ServerSetup(cfg, per_test=True, prepare=pace)
 
 
 class Pacer:
