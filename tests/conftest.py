@@ -1,11 +1,19 @@
-"""Shared fixtures: a tiny real model, trained in seconds, exported to a real bundle; a gRPC channel
-and stub to the server a module serves."""
+"""Shared fixtures: the tiny model committed as a real bundle (tests/fixtures/make_tiny.py makes it),
+the same model trained afresh for the tests of training and export, one server per module or test
+built from the module's `server_setup`, and a gRPC channel and stub to it.
+
+Serving tests import no torch: the fixtures they use read committed files (tests/test_no_torch.py
+holds them to it). Only tiny_checkpoint and trained_bundle train, and import torch when they do."""
 from __future__ import annotations
 
+import json
+import shutil
 from pathlib import Path
 
 import pytest
 import pytest_asyncio
+
+from tests.fixtures import make_tiny
 
 REPO = Path(__file__).resolve().parents[1]
 SHIPPED_MODEL = REPO / "models" / "g2p-en"
@@ -13,18 +21,32 @@ SHIPPED_MODEL = REPO / "models" / "g2p-en"
 
 def cmudict_slice(path: Path, every: int) -> Path:
     """Every `every`-th pair of each CMUdict split, written as a TSV corpus (the generic corpus path)."""
-    from training.data import load_cmudict
+    return make_tiny.cmudict_slice(path, every)
 
-    splits = load_cmudict()
-    pairs = [p for split in ("train", "dev", "test") for p in splits[split][::every]]
-    path.write_text("".join(f"{''.join(p.src)}\t{' '.join(p.tgt)}\n" for p in pairs), encoding="utf-8")
-    return path
+
+@pytest.fixture(scope="session")
+def tiny_bundle(tmp_path_factory) -> Path:
+    """The committed tiny model (tests/fixtures/models/tiny), in the models/<name>/<version>/ layout:
+    the model directory (versions inside). A copy: a test that writes beside it leaves the commit alone."""
+    return shutil.copytree(make_tiny.FIXTURE, tmp_path_factory.mktemp("models") / "tiny")
 
 
 @pytest.fixture(scope="session")
 def tiny_corpus(tmp_path_factory) -> Path:
-    """A slice of CMUdict as a TSV file, ~1,200 dev words."""
-    return cmudict_slice(tmp_path_factory.mktemp("corpus") / "g2p.tsv", every=5)
+    """The slice of CMUdict the tiny model was trained on, as a TSV file (~1,300 dev words)."""
+    return cmudict_slice(tmp_path_factory.mktemp("corpus") / make_tiny.CORPUS_NAME, every=make_tiny.EVERY)
+
+
+@pytest.fixture(scope="session")
+def tiny_corpus_bundle(tiny_corpus, tmp_path_factory) -> Path:
+    """The committed tiny model naming its corpus where tiny_corpus wrote it, for what reads the corpus
+    a bundle was trained on (lexicon, evaluation, distillation); the recorded sha256 still checks it."""
+    from tests.live import copy_bundle
+
+    manifest = json.loads((make_tiny.FIXTURE / "1" / "manifest.json").read_text(encoding="utf-8"))
+    model_dir = tmp_path_factory.mktemp("models") / "tiny"
+    copy_bundle(make_tiny.FIXTURE / "1", model_dir / "1", data={**manifest["data"], "path": str(tiny_corpus)})
+    return model_dir
 
 
 @pytest.fixture(scope="session")
@@ -35,29 +57,49 @@ def small_corpus(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def tiny_checkpoint(tiny_corpus, tmp_path_factory) -> Path:
-    from training import train
-
-    out = tmp_path_factory.mktemp("run")
-    train.main(["--corpus", "tsv", "--tsv", str(tiny_corpus), "--out", str(out), "--hidden-size", "48",
-                "--enc-layers", "1", "--emb-dim", "16", "--batch-size", "128", "--max-epochs", "2",
-                "--lr", "0.01", "--dropout", "0.0", "--seed", "3", "--threads", "1"])
-    return out / "best.pt"
+    """The tiny model trained afresh, by the recipe the committed one was made with."""
+    return make_tiny.train(tiny_corpus, tmp_path_factory.mktemp("run"))
 
 
 @pytest.fixture(scope="session")
-def tiny_bundle(tiny_checkpoint, tmp_path_factory) -> Path:
-    """models/<name>/<version>/ layout: returns the model directory (versions inside)."""
-    from training.export import build_bundle
+def trained_bundle(tiny_checkpoint, tmp_path_factory) -> Path:
+    """tiny_checkpoint exported as the committed model was (its checkpoint.pt kept): the model directory."""
+    return make_tiny.export(tiny_checkpoint, tmp_path_factory.mktemp("models") / "tiny")
 
-    model_dir = tmp_path_factory.mktemp("models") / "tiny"
-    # No lexicon: tests of decoding must see the model's own outputs (tests/test_lexicon.py adds one).
-    build_bundle(tiny_checkpoint, model_dir / "1", name="tiny", version="1", parity_words=2000, lexicon=False)
-    return model_dir
+
+# --- servers -----------------------------------------------------------------------------------
+
+@pytest_asyncio.fixture(loop_scope="session", scope="module")
+async def module_server(server_setup):
+    """The server a module's tests share (one per parameter of its server_setup); None where the
+    module asks for a fresh server per test."""
+    from tests.live import serving
+
+    if server_setup.per_test:
+        yield None
+        return
+    async with serving(server_setup.config) as s:
+        server_setup.prepare(s)
+        yield s
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def server(server_setup, module_server):
+    """A real server on loopback as the module's `server_setup` fixture describes it (a
+    tests.live.ServerSetup): shared by the module's tests, or fresh for each test."""
+    from tests.live import serving
+
+    if module_server is not None:
+        yield module_server
+        return
+    async with serving(server_setup.config) as s:
+        server_setup.prepare(s)
+        yield s
 
 
 @pytest_asyncio.fixture(loop_scope="session")
 async def channel(server):
-    """A gRPC channel to the `server` fixture of the module using it (each such module has one)."""
+    """A gRPC channel to the `server` fixture of the module using it."""
     import grpc
 
     async with grpc.aio.insecure_channel(f"127.0.0.1:{server.port}") as ch:

@@ -16,6 +16,7 @@ import sys
 import threading
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
@@ -230,6 +231,28 @@ async def start_loaded(cfg):
     await s.start()
     await s.load()
     return s
+
+
+def loopback_config(model_dir: Path | None = None, *, server: dict | None = None, answering: dict | None = None,
+                    batcher: dict | None = None, repository: dict | None = None, engine: dict | None = None,
+                    **fields):
+    """A Config for a test's server on 127.0.0.1, port 0: `fields` are Config's own (model_repository,
+    default_model, ...), each other argument the fields of that section changed from its defaults."""
+    from service.config import AnswerConfig, BatcherConfig, Config, EngineConfig, RepositoryConfig, ServerConfig
+
+    return Config(model_dir=model_dir, server=ServerConfig(**{"host": "127.0.0.1", "port": 0, **(server or {})}),
+                  answering=AnswerConfig(**(answering or {})), batcher=BatcherConfig(**(batcher or {})),
+                  engine=EngineConfig(**(engine or {})), repository=RepositoryConfig(**(repository or {})), **fields)
+
+
+@dataclass(frozen=True)
+class ServerSetup:
+    """What a module's `server_setup` fixture returns, and tests/conftest.py's `server` serves: the
+    config, whether each test gets a fresh server (counters from zero) or the module's tests share one,
+    and what to do to each server once it is loaded (e.g. pace its engine)."""
+    config: object  # service.config.Config
+    per_test: bool = False
+    prepare: Callable[[object], None] = lambda server: None
 
 
 @contextlib.asynccontextmanager

@@ -8,11 +8,10 @@ import threading
 import time
 
 import grpc
-import pytest_asyncio
+import pytest
 
 from attnserve.v1 import attnserve_pb2 as pb, attnserve_pb2_grpc as pbg
-from service.config import AnswerConfig, BatcherConfig, Config, ServerConfig
-from tests.live import start_loaded
+from tests.live import ServerSetup, loopback_config
 
 STEP_S = 0.005
 CANCEL_AFTER_STEPS = 6  # the second victim is cancelled this many engine steps into the burst
@@ -21,15 +20,15 @@ OTHERS = [LONG, "characteristically", "cat", "phoenix"]
 NO_ATTENTION = pb.DecodeOptions(return_attention=False, max_output_len=40)
 
 
-@pytest_asyncio.fixture(loop_scope="session")
-async def server(tiny_bundle):
-    s = await start_loaded(Config(model_dir=tiny_bundle,
-                                  server=ServerConfig(host="127.0.0.1", port=0, metrics_port=-1),
-                                  answering=AnswerConfig(cache_entries=0), batcher=BatcherConfig(mode="continuous", max_batch_size=16)))
-    engine = s.batcher.engine
-    engine.step = Pacer(engine.step)
-    yield s
-    await s.stop(0)
+@pytest.fixture(scope="module")
+def server_setup(tiny_bundle):
+    def pace(s):
+        engine = s.batcher.engine
+        engine.step = Pacer(engine.step)
+
+    cfg = loopback_config(tiny_bundle, server={"metrics_port": -1}, answering={"cache_entries": 0},
+                          batcher={"mode": "continuous", "max_batch_size": 16})
+    return ServerSetup(cfg, per_test=True, prepare=pace)
 
 
 class Pacer:

@@ -10,6 +10,12 @@ from training.data import split_of
 
 
 @pytest.fixture(scope="module")
+def tiny_bundle(tiny_corpus_bundle):
+    """The committed tiny model beside its corpus: the teacher labels that corpus's training words."""
+    return tiny_corpus_bundle
+
+
+@pytest.fixture(scope="module")
 def targets(tiny_bundle, tmp_path_factory):
     out = tmp_path_factory.mktemp("distill") / "train.tsv"
     distill.main(["--bundle", str(tiny_bundle / "1"), "--out", str(out)])

@@ -15,8 +15,8 @@ from training.export import export_graphs, load_checkpoint, parity
 from training.model import ModelConfig, Seq2Seq
 
 
-def test_tiny_bundle_passes_parity_on_1000_dev_words(tiny_bundle):
-    manifest = load_bundle(tiny_bundle).manifest
+def test_tiny_bundle_passes_parity_on_1000_dev_words(trained_bundle):
+    manifest = load_bundle(trained_bundle).manifest
     par = manifest["parity"]
     assert par["words"] >= 1000
     assert par["output_mismatches"] == 0
@@ -26,10 +26,25 @@ def test_tiny_bundle_passes_parity_on_1000_dev_words(tiny_bundle):
         assert key in manifest, key
 
 
+def test_the_committed_tiny_bundle_is_what_make_tiny_makes(trained_bundle, tiny_corpus):
+    """tests/fixtures/make_tiny.py is the committed bundle's one source: the model trained here by its
+    recipe has the committed one's configuration and corpus, and the committed one is in commit form."""
+    import hashlib
+
+    from tests.fixtures import make_tiny
+
+    committed, fresh = load_bundle(make_tiny.FIXTURE).manifest, load_bundle(trained_bundle).manifest
+    for key in ("model_config", "train_config", "src_vocab", "tgt_vocab", "special_ids", "graphs", "parameters"):
+        assert committed[key] == fresh[key], key
+    sha256 = hashlib.sha256(tiny_corpus.read_bytes()).hexdigest()
+    assert committed["data"] == {**fresh["data"], "path": make_tiny.CORPUS_NAME, "sha256": sha256}
+    assert set(committed["files"]) == {"encoder.onnx", "decoder_step.onnx"} and committed["created_unix"] == 0
+
+
 @pytest.mark.parametrize("batch,length", [(1, 1), (2, 13), (37, 4), (5, 30)])
-def test_axes_are_dynamic_at_sizes_unlike_the_export_example(tiny_checkpoint, tiny_bundle, batch, length):
+def test_axes_are_dynamic_at_sizes_unlike_the_export_example(tiny_checkpoint, trained_bundle, batch, length):
     model, ckpt = load_checkpoint(tiny_checkpoint)
-    engine = Engine(load_bundle(tiny_bundle), EngineConfig(max_output_len=12))
+    engine = Engine(load_bundle(trained_bundle), EngineConfig(max_output_len=12))
     rng = np.random.default_rng(batch * 100 + length)
     letters = ckpt["src_vocab"][4:]
     words = [list(rng.choice(letters, size=rng.integers(1, length + 1))) for _ in range(batch)]

@@ -16,22 +16,21 @@ import pytest_asyncio
 from attnserve.v1 import attnserve_pb2 as pb, attnserve_pb2_grpc as pbg
 from attnserve.inference import grpc_service_pb2 as kpb, grpc_service_pb2_grpc as kpbg
 from service.transport.oip import OUTPUTS
-from tests.live import copy_model, serving
+from tests.live import ServerSetup, copy_model, serving
 from tests.test_server import config
 
 WORDS = ["attention", "knight", "a"]
 
 
-@pytest_asyncio.fixture(loop_scope="session", scope="module")
-async def server(tiny_bundle, tmp_path_factory):
+@pytest.fixture(scope="module")
+def server_setup(tiny_bundle, tmp_path_factory):
     # a repository: the tiny model, and a broken one (not ready: 503)
     repository = tmp_path_factory.mktemp("http-repo")
     copy_model(tiny_bundle, repository, "tiny")
     copy_model(tiny_bundle, repository, "broken", break_onnx=True)
     cfg = config(None)
-    cfg = type(cfg)(model_repository=repository, server=cfg.server, answering=cfg.answering, batcher=cfg.batcher)
-    async with serving(cfg) as s:
-        yield s
+    return ServerSetup(type(cfg)(model_repository=repository, server=cfg.server, answering=cfg.answering,
+                                 batcher=cfg.batcher))
 
 
 @pytest_asyncio.fixture(loop_scope="session")

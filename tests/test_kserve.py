@@ -15,7 +15,6 @@ from pathlib import Path
 import grpc
 import numpy as np
 import pytest
-import pytest_asyncio
 
 from attnserve.v1 import attnserve_pb2 as pb, attnserve_pb2_grpc as pbg
 from attnserve.inference import grpc_service_pb2 as kpb, grpc_service_pb2_grpc as kpbg
@@ -23,17 +22,16 @@ from service.transport.kserve import KSERVE_SERVICE_NAME
 from service.transport.oip import OUTPUTS
 from service.server import build_server
 from tests import triton_calls
-from tests.live import serving
+from tests.live import ServerSetup
 from tests.test_server import config, metric_samples
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "kserve_client.py"
 WORDS = ["attention", "knight", "a"]
 
 
-@pytest_asyncio.fixture(loop_scope="session", scope="module")
-async def server(tiny_bundle):
-    async with serving(config(tiny_bundle)) as s:
-        yield s
+@pytest.fixture(scope="module")
+def server_setup(tiny_bundle):
+    return ServerSetup(config(tiny_bundle))
 
 
 @pytest.fixture(scope="module")

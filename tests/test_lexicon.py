@@ -20,7 +20,7 @@ from service.engine.engine import Engine
 from service.engine.forced import force
 from service.answering.lexicon import Packed, read_entries, read_tsv
 from service.domain import LexiconError
-from tests.live import Calls, serving
+from tests.live import Calls, ServerSetup, serving
 from tests.test_server import config
 from training.data import load_tsv
 from training.export import load_checkpoint
@@ -29,10 +29,10 @@ from training.train import collate
 
 
 @pytest.fixture(scope="module")
-def lexicon_model(tiny_bundle, tmp_path_factory):
+def lexicon_model(tiny_corpus_bundle, tmp_path_factory):
     """The tiny model with its corpus as its lexicon, as export ships it."""
     model_dir = tmp_path_factory.mktemp("lex") / "tiny"
-    shutil.copytree(tiny_bundle, model_dir)
+    shutil.copytree(tiny_corpus_bundle, model_dir)
     bundle = load_bundle(model_dir)
     write_manifest(bundle.path, write_lexicon(bundle.path, {k: v for k, v in bundle.manifest.items() if k != "files"}))
     return model_dir
@@ -49,8 +49,8 @@ def corpus(lexicon_model):
     return by_word
 
 
-def test_forced_scores_equal_pytorch_teacher_forcing_and_greedy_attention(tiny_bundle, tiny_checkpoint):
-    bundle = load_bundle(tiny_bundle)
+def test_forced_scores_equal_pytorch_teacher_forcing_and_greedy_attention(trained_bundle, tiny_checkpoint):
+    bundle = load_bundle(trained_bundle)
     engine = Engine(bundle, EngineConfig(intra_op_threads=1, greedy_loop="python"))
     model, ckpt = load_checkpoint(tiny_checkpoint)  # the run's checkpoint the bundle was exported from
     model.eval()
@@ -108,13 +108,11 @@ def test_a_packed_lexicon_keeps_ids_past_one_byte_and_tells_sources_apart():
     assert lexicon.get(("a", "b")) == [[300, 4], [6]] and lexicon.get(["ab"]) == [[5]] and len(lexicon) == 2
 
 
-@pytest_asyncio.fixture(loop_scope="session", scope="module")
-async def server(lexicon_model):
+@pytest.fixture(scope="module")
+def server_setup(lexicon_model):
     cfg = config(lexicon_model)
-    cfg = type(cfg)(model_dir=cfg.model_dir, server=cfg.server, answering=cfg.answering, batcher=cfg.batcher,
-                    repository=type(cfg.repository)(overrides_poll_s=0.1))
-    async with serving(cfg) as s:
-        yield s
+    return ServerSetup(type(cfg)(model_dir=cfg.model_dir, server=cfg.server, answering=cfg.answering,
+                                 batcher=cfg.batcher, repository=type(cfg.repository)(overrides_poll_s=0.1)))
 
 
 async def test_dictionary_words_come_back_as_the_dictionary_has_them(stub, corpus):

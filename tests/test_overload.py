@@ -9,11 +9,9 @@ import time
 
 import grpc
 import pytest
-import pytest_asyncio
 
 from attnserve.v1 import attnserve_pb2 as pb, attnserve_pb2_grpc as pbg
-from service.config import AnswerConfig, BatcherConfig, Config, ServerConfig
-from tests.live import Calls, serving
+from tests.live import Calls, ServerSetup, loopback_config
 
 WORDS = ["internationalization", "characteristically", "photosynthesis", "counterproductive",
          "incomprehensible", "extraordinarily", "misunderstanding", "responsibilities"]
@@ -26,11 +24,10 @@ def rss_bytes() -> int:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
-@pytest_asyncio.fixture(loop_scope="session")
-async def server(tiny_bundle):
-    async with serving(Config(model_dir=tiny_bundle, server=ServerConfig(host="127.0.0.1", port=0, metrics_port=-1),
-                              answering=AnswerConfig(cache_entries=0), batcher=BatcherConfig(max_batch_size=2, max_queue_size=MAX_QUEUE))) as s:
-        yield s
+@pytest.fixture(scope="module")
+def server_setup(tiny_bundle):
+    return ServerSetup(loopback_config(tiny_bundle, server={"metrics_port": -1}, answering={"cache_entries": 0},
+                                       batcher={"max_batch_size": 2, "max_queue_size": MAX_QUEUE}), per_test=True)
 
 
 async def test_flood_at_four_times_capacity(server, capsys):

@@ -22,14 +22,13 @@ import urllib.request
 
 import grpc
 import pytest
-import pytest_asyncio
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from attnserve.v1 import attnserve_pb2 as pb, attnserve_pb2_grpc as pbg
 from tests.helpers import free_port
 from tests.test_deploy import DASHBOARD, PROMETHEUS, _dashboard_queries, promql_metric_names
-from tests.live import Calls, serving
+from tests.live import Calls, ServerSetup
 from tests.test_server import config
 
 # Added by Prometheus at scrape time, so never on the server's own samples.
@@ -40,11 +39,10 @@ GRAFANA_VARIABLES = {"__rate_interval": "1m", "instance": ".*", "rpc": ".*", "mo
 MAY_BE_EMPTY = {"Error rate", "Errors by status code"}
 
 
-@pytest_asyncio.fixture(loop_scope="session")
-async def server(tiny_bundle):
+@pytest.fixture(scope="module")
+def server_setup(tiny_bundle):
     """A fresh server per test, so that its counters start at zero."""
-    async with serving(config(tiny_bundle)) as s:
-        yield s
+    return ServerSetup(config(tiny_bundle), per_test=True)
 
 
 async def transduce(server, words: list[str]) -> None:

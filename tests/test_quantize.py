@@ -13,6 +13,12 @@ from training.quantize import quantize_bundle
 
 
 @pytest.fixture(scope="module")
+def tiny_bundle(tiny_corpus_bundle):
+    """The committed tiny model beside its corpus: quantizing evaluates both precisions on it."""
+    return tiny_corpus_bundle
+
+
+@pytest.fixture(scope="module")
 def quantized(tiny_bundle, tmp_path_factory):
     path = tmp_path_factory.mktemp("q") / "tiny" / "1"
     shutil.copytree(load_bundle(tiny_bundle).path, path)

@@ -9,14 +9,13 @@ from concurrent.futures import ProcessPoolExecutor
 
 import grpc
 import pytest
-import pytest_asyncio
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from attnserve.v1 import attnserve_pb2 as pb, attnserve_pb2_grpc as pbg
 from attnserve.inference import grpc_service_pb2 as kpb, grpc_service_pb2_grpc as kpbg
-from service.config import AnswerConfig, BatcherConfig, Config, RepositoryConfig, ServerConfig
+from service.config import Config, RepositoryConfig, ServerConfig
 from tests import triton_calls
-from tests.live import Calls, add_version, copy_bundle, copy_model, held, serving
+from tests.live import Calls, ServerSetup, add_version, copy_bundle, copy_model, held, loopback_config, serving
 
 
 @pytest.fixture(scope="module")
@@ -28,13 +27,11 @@ def repository(tiny_bundle, tmp_path_factory):
     return root
 
 
-@pytest_asyncio.fixture(loop_scope="session", scope="module")
-async def server(repository):
-    cfg = Config(model_repository=repository, default_model="tiny",
-                 server=ServerConfig(host="127.0.0.1", port=0, metrics_port=-1, admin_without_token=True),
-                 answering=AnswerConfig(cache_entries=0), batcher=BatcherConfig(max_batch_size=16))
-    async with serving(cfg) as s:
-        yield s
+@pytest.fixture(scope="module")
+def server_setup(repository):
+    return ServerSetup(loopback_config(model_repository=repository, default_model="tiny",
+                                       server={"metrics_port": -1, "admin_without_token": True},
+                                       answering={"cache_entries": 0}, batcher={"max_batch_size": 16}))
 
 
 class Callers:

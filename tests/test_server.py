@@ -6,7 +6,6 @@ import urllib.request
 import grpc
 import numpy as np
 import pytest
-import pytest_asyncio
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -15,7 +14,7 @@ from service.domain import BundleError
 from service.config import AnswerConfig, BatcherConfig, Config, ServerConfig
 from service.server import build_server
 from service.transport.servicer import SERVICE_NAME
-from tests.live import serving
+from tests.live import ServerSetup
 
 SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
@@ -32,10 +31,10 @@ def config(model_dir, mode="continuous", **server):
                   answering=AnswerConfig(cache_entries=0), batcher=BatcherConfig(mode=mode, max_batch_size=32, max_wait_ms=20))
 
 
-@pytest_asyncio.fixture(loop_scope="session", scope="module", params=["continuous", "request"])
-async def server(tiny_bundle, request):
-    async with serving(config(tiny_bundle, mode=request.param)) as s:
-        yield s
+@pytest.fixture(scope="module", params=["continuous", "request"])
+def server_setup(tiny_corpus_bundle, request):
+    # beside its corpus: attnserve-eval --server reads the test split the manifest names
+    return ServerSetup(config(tiny_corpus_bundle, mode=request.param))
 
 
 async def metric_samples(server, name):

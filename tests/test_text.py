@@ -16,14 +16,12 @@ from pathlib import Path
 import grpc
 import numpy as np
 import pytest
-import pytest_asyncio
 
 from attnserve.v1 import attnserve_pb2 as pb
-from service.config import AnswerConfig, Config, ServerConfig
 from service.engine.bundle import load_bundle
 from tests import triton_calls
 from tests.conftest import REPO
-from tests.live import copy_bundle, serving
+from tests.live import ServerSetup, copy_bundle, loopback_config
 
 # (text, the words it is read as, written by hand): every normalization class.
 SPOKEN = [
@@ -61,13 +59,11 @@ def repository(tiny_bundle, tmp_path_factory):
     return root
 
 
-@pytest_asyncio.fixture(loop_scope="session", scope="module")
-async def server(repository):
-    cfg = Config(model_repository=repository, default_model="g2p-en",
-                 server=ServerConfig(host="127.0.0.1", port=0, metrics_port=0, max_text_len=400),
-                 answering=AnswerConfig(cache_entries=1000))
-    async with serving(cfg) as s:
-        yield s
+@pytest.fixture(scope="module")
+def server_setup(repository):
+    return ServerSetup(loopback_config(model_repository=repository, default_model="g2p-en",
+                                       server={"metrics_port": 0, "max_text_len": 400},
+                                       answering={"cache_entries": 1000}))
 
 
 async def read(stub, *texts, model="", **options):
