@@ -29,8 +29,8 @@ serve: $(VENV)/.serve-installed
 test: system-deps $(VENV)/.dev-installed
 	$(PY) -m pytest -q -n auto --dist loadfile
 
-# Debian packages the tests run: a real Prometheus (tests/test_prometheus.py), headless Chromium
-# with its chromedriver (tests/test_page.py, the attention page), and the Noto fonts, so that the page
+# Debian packages the tests run: a real Prometheus (tests/server/test_prometheus.py), headless Chromium
+# with its chromedriver (tests/transport/test_page.py, the attention page), and the Noto fonts, so that the page
 # and the client's PNG heat maps draw every script of the models (Armenian, Georgian, Hangul,
 # Hiragana, Khmer; DejaVu covers Latin, Greek, Cyrillic and IPA). Installed only when missing; the
 # package lists are refreshed only if the first install attempt fails.
@@ -231,7 +231,7 @@ SOAK_SECONDS ?= 600
 soak: $(VENV)/.serve-installed
 	$(PY) scripts/soak.py --model-dir $(MODEL_DIR) --seconds $(SOAK_SECONDS)
 
-# The real image, also run by `make test` (tests/test_container.py; about 3.3 minutes cold on 2 cores, 20 s
+# The real image, also run by `make test` (tests/deploy/test_container.py; about 3.3 minutes cold on 2 cores, 20 s
 # warm): builds deploy/Dockerfile with Debian's podman on a Debian base debootstrapped from the machine's
 # own mirror (no registry needed; cached in build/container/), runs it read-only as uid 10001 and checks
 # it from outside: gRPC health, a Transduce with attention, /metrics, SIGTERM mid-burst (no call lost,

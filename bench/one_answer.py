@@ -5,7 +5,7 @@ how many outputs changed and how many scores moved by more than 1e-4, per batchi
     python -m bench.one_answer [--model-dir models/g2p-en/1] [--words 1000] [--precision auto]
 
 The server runs as `make serve` would, with the lexicon bypassed per call and the cache off, so
-every answer is the model's. tests/test_one_answer.py holds the server to zero and zero.
+every answer is the model's. tests/engine/test_one_answer.py holds the server to zero and zero.
 """
 from __future__ import annotations
 

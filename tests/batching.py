@@ -1,4 +1,4 @@
-"""The fakes the scheduling tests drive the batchers with (tests/test_batcher.py, test_continuous.py,
+"""The fakes the scheduling tests drive the batchers with (tests/scheduling/test_batcher.py, test_continuous.py,
 test_lengths.py).
 
 The fakes tell a test where the engine thread is (`Calls`: each call counted as it begins, any of

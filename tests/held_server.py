@@ -5,7 +5,7 @@ the test releases them (tests/live.py spawn_server(held=True), release()).
     python -m tests.held_server <attnserve-server flags>
 
 The server, its batcher and its engine are the real ones; only the wait is added, as
-tests/test_cancellation.py paces the real engine in-process. One process (--workers 1 unless the
+tests/scheduling/test_cancellation.py paces the real engine in-process. One process (--workers 1 unless the
 flags say otherwise): a supervisor's workers would be plain servers, not held.
 """
 from __future__ import annotations

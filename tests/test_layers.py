@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_bench_layers import find_cycle  # the one cycle finder, tested there
+from tests.bench.test_bench_layers import find_cycle  # the one cycle finder, tested there
 
 SERVICE = Path(__file__).resolve().parent.parent / "service"
 REPO = SERVICE.parent

@@ -30,7 +30,7 @@ def test_serving_tests_and_their_fixtures_run_with_torch_blocked(tmp_path):
     """An engine test file and a server test, conftest's tiny bundle and server fixtures under them,
     pass in a process where `import torch` fails."""
     args = ["-q", "-n", "0", "-p", "no:cacheprovider", "--basetemp", str(tmp_path / "inner"),
-            "tests/test_engine.py", "tests/test_server.py::test_outputs_and_attention"]
+            "tests/engine/test_engine.py", "tests/server/test_server.py::test_outputs_and_attention"]
     code = f"import sys; sys.modules['torch'] = None\nimport pytest\nsys.exit(pytest.main({args!r}))"
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-4000:]  # 0: tests ran, and every one passed

@@ -1,4 +1,4 @@
-"""Stock tritonclient calls for tests/test_kserve.py, run in a separate worker process.
+"""Stock tritonclient calls for tests/transport/test_kserve.py, run in a separate worker process.
 
 Why a separate process: tritonclient's generated grpc_service_pb2 and the server's
 attnserve.inference.grpc_service_pb2 both define the `inference.*` messages, and protobuf's

@@ -6,5 +6,5 @@ what was tried and not shipped is recorded in docs/sigmorphon-tried.md.
 Imports run one way, each at its module's top: layout reads task; build reads layout, flags and english;
 heldout reads build; prefix_prosody reads build, heldout and errors; transfer, table and errors read layout
 (table and errors flags too); driver imports them all and nothing imports it
-(tests/test_sigmorphon_recipes.py holds them to it).
+(tests/experiments/test_sigmorphon_recipes.py holds them to it).
 """

@@ -311,7 +311,7 @@ class Engine:
     def _loop_greedy(self, sources: list[list[str]], run: Running, limits: np.ndarray) -> list[Decoded]:
         """All steps in one call to the ONNX Loop graph, the accelerator of _step_greedy: the same ids, steps
         and attention, but each row's log_prob added up in float32 (the Loop's own Add) where the step path
-        adds in float64, so the two may differ in its last bits. tests/test_decoding_parity.py holds the
+        adds in float64, so the two may differ in its last bits. tests/engine/test_decoding_parity.py holds the
         Loop to the core run in float32, bit for bit."""
         ids, steps, log_prob, attn = run_loop(self.greedy_loop, self._loop_inputs, self._loop_outputs, run, limits)
         return [self.result(tokens, ids[j, :steps[j]], None if attn is None else attn[j], float(log_prob[j]),

@@ -7,7 +7,7 @@ added around them. The engine builds it around `soft_only(step)`: the step witho
 the hard / top-k attention nodes, which a soft row (the default) never needs. One
 onnxruntime call then decodes a whole batch, instead of one call per step with numpy
 between. It is an accelerator of the decoding core's GreedySearch over a whole batch
-(service/engine/strategy.py), which it answers as bit for bit (tests/test_decoding_parity.py)
+(service/engine/strategy.py), which it answers as bit for bit (tests/engine/test_decoding_parity.py)
 but for adding each row's log_prob in float32. The server uses it for request-level
 batching; continuous batching and beam search need the core's step loop (rows join,
 leave and reorder between steps), so both paths stay, and export checks parity with

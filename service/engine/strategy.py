@@ -11,7 +11,7 @@ with rows joining and leaving between calls.
 The strategies: `GreedySearch` here (the argmax of each row), `BeamSearch` (service/engine/beam.py)
 and `TeacherForcing` (service/engine/forced.py). Greedy decoding of a whole batch has an accelerator,
 the ONNX Loop graph (service/engine/loop_graph.py): the same steps in one onnxruntime call, held to
-GreedySearch by tests/test_decoding_parity.py, bit for bit.
+GreedySearch by tests/engine/test_decoding_parity.py, bit for bit.
 
 How each row's log_prob is added up is part of what a served answer is, to the last bit:
 - GreedySearch and BeamSearch add each step's float32 log-probability to a float64 running sum, in

@@ -8,7 +8,7 @@ made later are collected as before.
 
 A frozen object is still freed when its last reference goes; only cycles among frozen objects are
 never collected. A model version's answering stages make no cycle (joined by data, none refers
-back to the answerer: tests/test_heap.py), so what they hold is freed by its references alone.
+back to the answerer: tests/repository/test_heap.py), so what they hold is freed by its references alone.
 Still, once a version is let go the heap is unfrozen, collected and frozen again: a cycle its
 objects may yet be part of (a stored exception's traceback, a callback) is collected, and the
 version loaded since, alive now, joins the frozen generation.

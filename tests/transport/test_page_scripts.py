@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 from tests.live import ThreadServer
-from tests.test_page import READ_PAGE, _set, _wait_state, browser  # noqa: F401 (browser: a fixture)
-from tests.test_server import config
+from tests.transport.test_page import READ_PAGE, _set, _wait_state, browser  # noqa: F401 (browser: a fixture)
+from tests.server.test_server import config
 
-DATA = Path(__file__).resolve().parents[1] / "data" / "sigmorphon-2021"
+DATA = Path(__file__).resolve().parents[2] / "data" / "sigmorphon-2021"
 SCRIPTS = {"kor": (DATA / "medium" / "kor_train.tsv", lambda ch: "\uac00" <= ch <= "\ud7a3"),
            "arm_e": (DATA / "medium" / "arm_e_train.tsv", lambda ch: "\u0531" <= ch <= "\u058f"),
            "geo": (DATA / "medium" / "geo_train.tsv", lambda ch: "\u10a0" <= ch <= "\u10ff"),

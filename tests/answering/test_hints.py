@@ -17,7 +17,7 @@ from training.data import file_record
 from training.evaluate import engine_hyps
 from training.export import build_bundle, parity_ok
 from tests.live import ThreadServer
-from tests.test_splits import corpus, given_args, pron  # noqa: F401 (corpus: the tiny given-splits fixture)
+from tests.training.test_splits import corpus, given_args, pron  # noqa: F401 (corpus: the tiny given-splits fixture)
 
 HINTED = "PQRS"  # the hints' own alphabet: in no word of the tiny corpus
 

@@ -8,7 +8,7 @@ import pytest
 
 from attnserve.bundle.prosody import ProsodyMemory, load, markable
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 KOR = ROOT / "models" / "g2p-kor" / "1"
 VOCAB = ["a", "aː", "e", "eː", "ʌ", "ɘː", "ɛː", "k", "n"]
 

@@ -8,7 +8,7 @@ import pytest
 from attnserve.bundle import FORMAT_VERSION, MANIFEST, Manifest, ManifestError, as_manifest, load, read, write
 from attnserve.bundle.normalization import NORMALIZATIONS, SOURCE_FORMS, lowercases, normalizer
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 V1 = {"format_version": 1, "name": "m", "version": "1", "graphs": {"encoder": "encoder.onnx"},
       "src_vocab": ["<pad>", "<s>", "</s>", "<unk>", "a"], "tgt_vocab": ["<pad>", "<s>", "</s>", "<unk>", "A"],
       "special_ids": {"pad": 0, "bos": 1, "eos": 2, "unk": 3}, "model_config": {"attention": "none"},

@@ -16,7 +16,7 @@ import pytest
 
 from service.engine.bundle import load_bundle
 from tests.live import ThreadServer, copy_bundle
-from tests.test_server import config
+from tests.server.test_server import config
 
 WORDS = ["knight", "attention"]
 BEAM = N_BEST = 3
@@ -34,7 +34,7 @@ CHROMIUM = _find("chromium", "chromium-browser", "google-chrome")
 CHROMEDRIVER = _find("chromedriver")
 # No skip: `make test` installs both (make system-deps), so a green run means the browser ran.
 assert CHROMIUM is not None and CHROMEDRIVER is not None, \
-    "tests/test_page.py needs Debian's chromium and chromium-driver: run `make system-deps`"
+    "tests/transport/test_page.py needs Debian's chromium and chromium-driver: run `make system-deps`"
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def check(bounded: bool) -> None:
@@ -37,6 +37,6 @@ def check(bounded: bool) -> None:
 
 @pytest.mark.parametrize("bounded", [False, True])
 def test_every_way_computes_the_product_and_per_row_int8_keeps_a_rows_answer(bounded):
-    r = subprocess.run([sys.executable, "-c", f"from tests.test_int8_products import check; check({bounded})"],
+    r = subprocess.run([sys.executable, "-c", f"from tests.bench.test_int8_products import check; check({bounded})"],
                        cwd=REPO, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stdout + r.stderr[-3000:]

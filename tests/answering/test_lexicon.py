@@ -21,7 +21,7 @@ from service.engine.forced import force
 from service.answering.lexicon import Packed, read_entries, read_tsv
 from service.domain import LexiconError
 from tests.live import Calls, ServerSetup, serving
-from tests.test_server import config
+from tests.server.test_server import config
 from training.data import load_tsv
 from training.export import load_checkpoint
 from training.lexicon import write_lexicon

@@ -17,7 +17,7 @@ from attnserve.v1 import attnserve_pb2 as pb, attnserve_pb2_grpc as pbg
 from attnserve.inference import grpc_service_pb2 as kpb, grpc_service_pb2_grpc as kpbg
 from service.transport.oip import OUTPUTS
 from tests.live import ServerSetup, copy_model, serving
-from tests.test_server import config
+from tests.server.test_server import config
 
 WORDS = ["attention", "knight", "a"]
 

@@ -23,9 +23,9 @@ from service.transport.oip import OUTPUTS
 from service.server import build_server
 from tests import triton_calls
 from tests.live import ServerSetup
-from tests.test_server import config, metric_samples
+from tests.server.test_server import config, metric_samples
 
-EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "kserve_client.py"
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "kserve_client.py"
 WORDS = ["attention", "knight", "a"]
 
 

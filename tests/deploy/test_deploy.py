@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy"
 DOCKERFILE = DEPLOY / "Dockerfile"
 COMPOSE = REPO / "docker-compose.yml"

@@ -1,7 +1,7 @@
 """Observability against the real thing: a live /metrics endpoint and a real Prometheus server.
 
 - The Grafana dashboard's metric and label names are checked against what a running server
-  exports (not only against service/metrics.py's registry, as tests/test_deploy.py does).
+  exports (not only against service/metrics.py's registry, as tests/deploy/test_deploy.py does).
 - A real `prometheus` (the Debian package; `make system-deps` installs it) scrapes a running
   server with a config generated from deploy/prometheus/prometheus.yml, and its HTTP API must
   return the request count and latency quantile the dashboard is built on, and evaluate every
@@ -27,9 +27,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from attnserve.v1 import attnserve_pb2 as pb, attnserve_pb2_grpc as pbg
 from tests.helpers import free_port
-from tests.test_deploy import DASHBOARD, PROMETHEUS, _dashboard_queries, promql_metric_names
+from tests.deploy.test_deploy import DASHBOARD, PROMETHEUS, _dashboard_queries, promql_metric_names
 from tests.live import Calls, ServerSetup
-from tests.test_server import config
+from tests.server.test_server import config
 
 # Added by Prometheus at scrape time, so never on the server's own samples.
 TARGET_LABELS = {"instance", "job"}
