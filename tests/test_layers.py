@@ -187,9 +187,14 @@ def module_files(root: Path) -> dict[str, Path]:
     return {package_of(p) if p.name == "__init__.py" else f"{package_of(p)}.{p.stem}": p for p in root.rglob("*.py")}
 
 
-@pytest.mark.parametrize("root", [SERVICE, TRAINING, BUNDLE], ids=["service", "training", "attnserve.bundle"])
-def test_no_import_cycle(root):
-    files = module_files(root)
+EVERY_PACKAGE = [SERVICE, TRAINING, REPO / "attnserve", REPO / "experiments", REPO / "bench"]
+
+
+@pytest.mark.parametrize("roots", [[SERVICE], [TRAINING], [BUNDLE], EVERY_PACKAGE],
+                         ids=["service", "training", "attnserve.bundle", "the whole project"])
+def test_no_import_cycle(roots):
+    """None within a package, and none through several (training -> service.engine -> ... -> training)."""
+    files = {m: p for root in roots for m, p in module_files(root).items()}
     graph = {m: {n for n in imported(p, package_of(p)) | submodules_imported(p, package_of(p))
                  if n in files and n != m} for m, p in files.items()}
     assert find_cycle(graph) is None, f"import cycle: {' -> '.join(find_cycle(graph))}"
