@@ -94,6 +94,16 @@ class Decoded:
         return len(self.output_ids) + int(self.finished)
 
 
+@dataclass(frozen=True)
+class Source:
+    """What the answering stage hands the scheduler for one input: its tokens as the model reads them,
+    and a given output (ids, without </s>) to force through the model, or None to decode it. The
+    scheduler answers each with its hypotheses, best first (a list of Decoded)."""
+
+    src_tokens: list[str]
+    target_ids: list[int] | None = None
+
+
 # The errors. Each maps to one status code at the edge; anything else a call raises is INTERNAL.
 
 class BadRequest(ValueError):

@@ -25,7 +25,7 @@ from service.answering.alphabet import IPA, is_arpabet
 from service.answering.text import Script, TextReader
 from service.answering.textrules import TextRules
 from service.config import AnswerConfig
-from service.domain import GREEDY, Decoded, DecodeOptions, InvalidInput, NotReady
+from service.domain import GREEDY, Decoded, DecodeOptions, InvalidInput, NotReady, Source
 from service.engine.engine import Engine
 from service.metrics import ModelMetrics
 from service.scheduling.batcher import Batcher
@@ -131,7 +131,7 @@ class Answerer:
                 found_of[i] = found
                 work += [(i, target, found[0]) for target in found[1][:options.n_best]]
         if work:
-            results = await self.batcher.submit([(sources[i], target) for i, target, _ in work], options, deadline_s)
+            results = await self.batcher.submit([Source(sources[i], target) for i, target, _ in work], options, deadline_s)
             for (i, target, origin), hyps in zip(work, results):
                 hyps_of[i] += hyps if target is None else [replace(hyps[0], origin=origin)]
             for i in sorted(hyps_of):
@@ -171,7 +171,7 @@ class Answerer:
                 targets.append(self.engine.target_ids(tokens))
             except ValueError as e:
                 raise InvalidInput(f"candidate {i} ({text!r}): {e}") from None
-        results = await self.batcher.submit(list(zip(sources, targets)), options, deadline_s)
+        results = await self.batcher.submit([Source(s, t) for s, t in zip(sources, targets)], options, deadline_s)
         return [hyps[0] for hyps in results]
 
     def _words(self, text: str) -> list[str] | None:

@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import Protocol, runtime_checkable
 
 from service.config import BatcherConfig
-from service.domain import Decoded, DecodeOptions
+from service.domain import Decoded, DecodeOptions, Source
 from service.engine.engine import Engine
 from service.metrics import ModelMetrics
 from service.scheduling.continuous import ContinuousBatcher
@@ -41,10 +41,10 @@ class Batcher(Protocol):
     def running(self) -> bool:
         """Started and not stopped: sources submitted now will be decoded."""
 
-    async def submit(self, work: list[tuple[list[str], list[int] | None]], options: DecodeOptions,
+    async def submit(self, sources: list[Source], options: DecodeOptions,
                      deadline_s: float | None) -> list[list[Decoded]]:
-        """Admit (source tokens, forced target ids or None) items, queue them and wait for every one:
-        per item its hypotheses, best first. Raises Overloaded at once when the call cannot be
+        """Admit a call's sources, queue them and wait for every one:
+        per source its hypotheses, best first. Raises Overloaded at once when the call cannot be
         answered within its deadline (`deadline_s`, on the batcher's clock) or the queue's time
         bound. Cancelling the caller drops its sources from the queue and the running batch."""
 

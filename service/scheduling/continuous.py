@@ -17,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
 from service.config import BatcherConfig
-from service.domain import Decoded, DecodeOptions, NotReady
+from service.domain import Decoded, DecodeOptions, NotReady, Source
 from service.engine.decoding import StepBatch
 from service.engine.engine import Engine
 from service.metrics import ModelMetrics
@@ -52,12 +52,12 @@ class ContinuousBatcher:
         """Started and not stopped: sources submitted now will be decoded."""
         return self._task is not None
 
-    async def submit(self, work: list[tuple[list[str], list[int] | None]], options: DecodeOptions,
+    async def submit(self, sources: list[Source], options: DecodeOptions,
                      deadline_s: float | None) -> list[list[Decoded]]:
         """As RequestBatcher.submit: per item its hypotheses, best first, or Overloaded at once."""
         # Free rows: sources join the running batch at the next step.
         room = max(0, self.cfg.max_batch_size - self._in_service)
-        requests = self.intake.admit(work, options, deadline_s, room)
+        requests = self.intake.admit(sources, options, deadline_s, room)
         self._notify()
         return await self.intake.answers(requests)
 

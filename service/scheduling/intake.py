@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from service.config import BatcherConfig
-from service.domain import DeadlineExpired, Decoded, DecodeOptions, NotReady, Overloaded
+from service.domain import DeadlineExpired, Decoded, DecodeOptions, NotReady, Overloaded, Source
 from service.metrics import ModelMetrics
 from service.scheduling.admission import ServiceRate, refusal
 
@@ -61,22 +61,22 @@ class Intake:
         # What admission estimates waits from (service/scheduling/admission.py): "under load" is a half-full batch.
         self.rate = ServiceRate(loaded_rows=max(1, cfg.max_batch_size // 2))
 
-    def admit(self, work: list[tuple[list[str], list[int] | None]], options: DecodeOptions,
+    def admit(self, sources: list[Source], options: DecodeOptions,
               deadline_s: float | None, room: int) -> list[Request]:
-        """Queue a call's (source tokens, forced target ids or None) items as requests, or raise
+        """Queue a call's sources as requests, or raise
         Overloaded at once when it cannot be answered within its deadline or the queue's time
         bound; `room` is how many sources the next batch takes in without waiting for the queue."""
-        if len(self.queue) + len(work) > self.cfg.max_queue_size:
+        if len(self.queue) + len(sources) > self.cfg.max_queue_size:
             self.metrics.admission_refusals.labels("queue_size").inc()
             raise Overloaded(f"queue is full ({len(self.queue)} of {self.cfg.max_queue_size} sources waiting)")
-        refused = refusal(len(self.queue), len(work), room, self.rate, deadline_s,
+        refused = refusal(len(self.queue), len(sources), room, self.rate, deadline_s,
                           self.cfg.max_queue_wait_ms, self.clock)
         if refused is not None:
             self.metrics.admission_refusals.labels(refused[0]).inc()
             raise Overloaded(refused[1])
         loop = asyncio.get_running_loop()
         now = self.clock()
-        requests = [Request(tokens, options, loop.create_future(), deadline_s, now, target) for tokens, target in work]
+        requests = [Request(s.src_tokens, options, loop.create_future(), deadline_s, now, s.target_ids) for s in sources]
         self.queue.extend(requests)
         self.pending.update(r.future for r in requests)
         self.metrics.queue_depth.set(len(self.queue))

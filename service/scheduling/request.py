@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
 from service.config import BatcherConfig
-from service.domain import Decoded, DecodeOptions
+from service.domain import Decoded, DecodeOptions, Source
 from service.engine.decoding import Work, decode_whole
 from service.engine.engine import Engine
 from service.metrics import ModelMetrics
@@ -66,14 +66,14 @@ class RequestBatcher:
         """Started and not stopped: sources submitted now will be decoded."""
         return self._task is not None
 
-    async def submit(self, work: list[tuple[list[str], list[int] | None]], options: DecodeOptions,
+    async def submit(self, sources: list[Source], options: DecodeOptions,
                      deadline_s: float | None) -> list[list[Decoded]]:
-        """Admit (source tokens, forced target ids or None) items, queue them and wait for every one:
-        per item its hypotheses, best first. Raises Overloaded at once when the call cannot be
+        """Admit a call's sources, queue them and wait for every one:
+        per source its hypotheses, best first. Raises Overloaded at once when the call cannot be
         answered within its deadline (on the batcher's clock) or the queue's time bound.
         Cancelling the caller drops its sources from the queue and the running batch."""
         # The next batch takes a whole batch in, after the running one.
-        requests = self.intake.admit(work, options, deadline_s, room=self.cfg.max_batch_size)
+        requests = self.intake.admit(sources, options, deadline_s, room=self.cfg.max_batch_size)
         self._notify()
         return await self.intake.answers(requests)
 

@@ -74,7 +74,7 @@ class Batcher:
 
     async def submit(self, work, options, deadline_s):
         return [[Decoded(list(src), [4], ["AH0"], -0.5, np.full((2, len(src)), 1 / len(src), np.float32), True)]
-                for src, _ in work]
+                for src in (s.src_tokens for s in work)]
 
 
 def test_an_answerer_let_go_after_text_is_freed_without_the_collector():
