@@ -1,0 +1,60 @@
+"""scripts/normalization_cases.py: NeMo's normalization cases as committed, the comparison they are scored
+by, and one class scored through a real server (a measurement, so no target is asserted here)."""
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+
+import grpc
+import pytest
+
+from tests.conftest import REPO
+from tests.live import ServerSetup, loopback_config
+
+spec = importlib.util.spec_from_file_location("normalization_cases", REPO / "scripts" / "normalization_cases.py")
+cases = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(cases)
+
+
+def test_the_comparison_ignores_case_punctuation_and_hyphens_only():
+    assert cases.comparable("Twenty-Seven, Eighty-Eight.") == cases.comparable("twenty seven eighty eight")
+    assert cases.comparable("a dot bc") != cases.comparable("a.bc dot")  # words still count
+    assert cases.comparable("  one   two ") == "one two"
+
+
+def test_every_committed_case_reads_as_written_then_its_spoken_forms():
+    files = {lang: sorted((cases.CASES / lang).glob("*.txt")) for lang in cases.MODELS}
+    assert len(files["en"]) == 20 and len(files["fr"]) == 7
+    total = {lang: sum(len(cases.read_cases(f)) for f in fs) for lang, fs in files.items()}
+    assert total == {"en": 507, "fr": 116}
+    money = dict(cases.read_cases(cases.CASES / "en" / "money.txt"))
+    assert money["¥30 billion"] == ["thirty billion yen"]
+
+
+@pytest.fixture(scope="module")
+def repository(tmp_path_factory):
+    root = tmp_path_factory.mktemp("normalization-models")
+    (root / "g2p-en").mkdir()
+    (root / "g2p-en" / "1").symlink_to(REPO / "models" / "g2p-en" / "1")
+    return root
+
+
+@pytest.fixture(scope="module")
+def server_setup(repository):
+    return ServerSetup(loopback_config(model_repository=repository, default_model="g2p-en",
+                                       server={"metrics_port": 0}))
+
+
+async def test_a_class_is_scored_through_a_running_server(server, tmp_path, monkeypatch):
+    (tmp_path / "en").mkdir()
+    (tmp_path / "en" / "cardinal.txt").write_text("1~one\n13000~thirteen thousand~one three zero zero zero\n"
+                                                  "~\n2~three\n", encoding="utf-8")
+    monkeypatch.setattr(cases, "CASES", tmp_path)
+
+    def measure():  # the script's blocking client, off the event loop the server runs on
+        with grpc.insecure_channel(f"127.0.0.1:{server.port}") as channel:
+            return cases.measure(cases.pbg.TransducerStub(channel), "en", "g2p-en", show_wrong=0)
+
+    got = await asyncio.to_thread(measure)
+    assert got["classes"] == {"cardinal": {"right": 2, "total": 3}}  # the empty written side is left out
+    assert (got["right"], got["total"]) == (2, 3)
