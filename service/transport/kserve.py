@@ -123,7 +123,7 @@ class KServeServicer(ModelServicer):
         return await self._observe("ModelConfig", context, self._model_config(request, served), served)
 
     def _observe(self, rpc: str, context, work, served: Served | None = None):
-        return observe(self.metrics, rpc, served or Served(), context, work)
+        return observe(self.metrics, rpc, served or Served(), context, work, self.repository)
 
     @staticmethod
     async def _value(reply):
