@@ -15,6 +15,7 @@ import pytest
 
 from attnserve.v1 import attnserve_pb2 as pb
 from attnserve.v1 import attnserve_pb2_grpc as pb_grpc
+from service.client import client
 from tests.live import ThreadServer
 from tests.server.test_server import config
 from tests.transport.test_page import _set, _wait_state, browser  # noqa: F401 (browser: a fixture)
@@ -113,3 +114,12 @@ def test_grpc_and_http_errors_name_the_models_that_read_it(served):
     assert {n: (m["language"], m["default"]) for n, m in index.items()} == {
         "g2p-ady": ("Adyghe", False), "g2p-bul": ("Bulgarian", False), "g2p-en": ("English", True),
         "g2p-fra": ("French", False)}
+
+
+def test_the_client_names_the_models_that_read_it(served, capsys):
+    assert client.main(["phonemes", "жук", "--server", served.address, "--model", "g2p-en"]) == 1
+    assert capsys.readouterr().err.strip().endswith("; models that read it: g2p-ady, g2p-bul")
+    assert client.main(["text", "Жук спи.", "--server", served.address, "--model", "g2p-en"]) == 0
+    assert "g2p-en reads none of its words; models that read it: g2p-ady, g2p-bul" in capsys.readouterr().out
+    assert client.main(["text", "Жук спи.", "--server", served.address, "--model", "g2p-bul"]) == 0
+    assert "reads none of its words" not in capsys.readouterr().out  # read: nothing to suggest
