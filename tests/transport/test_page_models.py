@@ -13,6 +13,7 @@ from pathlib import Path
 import grpc
 import pytest
 
+from attnserve.inference import grpc_service_pb2 as kpb, grpc_service_pb2_grpc as kpbg
 from attnserve.v1 import attnserve_pb2 as pb
 from attnserve.v1 import attnserve_pb2_grpc as pb_grpc
 from service.client import client
@@ -123,3 +124,29 @@ def test_the_client_names_the_models_that_read_it(served, capsys):
     assert "g2p-en reads none of its words; models that read it: g2p-ady, g2p-bul" in capsys.readouterr().out
     assert client.main(["text", "Жук спи.", "--server", served.address, "--model", "g2p-bul"]) == 0
     assert "reads none of its words" not in capsys.readouterr().out  # read: nothing to suggest
+
+
+def _kserve_text(model: str, text: str, as_text: bool) -> kpb.ModelInferRequest:
+    req = kpb.ModelInferRequest(model_name=model, parameters={"text": kpb.InferParameter(bool_param=as_text)})
+    req.inputs.add(name="TEXT", datatype="BYTES", shape=[1],
+                   contents=kpb.InferTensorContents(bytes_contents=[text.encode()]))
+    if as_text:
+        req.outputs.add(name="TOKENS")
+    return req
+
+
+def test_the_open_inference_protocol_names_them_too(served):
+    """Over gRPC's Open Inference Protocol: the refusal of a word, and a text's TOKENS `readers` where the
+    model reads none of its words (not where it reads one)."""
+    with grpc.insecure_channel(served.address) as channel:
+        stub = kpbg.GRPCInferenceServiceStub(channel)
+        with pytest.raises(grpc.RpcError) as e:
+            stub.ModelInfer(_kserve_text("g2p-en", "жук", False), timeout=30)
+        assert e.value.details().endswith("models that read it: g2p-ady, g2p-bul")
+
+        def tokens(model, text):
+            raw = stub.ModelInfer(_kserve_text(model, text, True), timeout=30).raw_output_contents[0]
+            return json.loads(raw[4:].decode())  # one length-prefixed element
+        assert tokens("g2p-en", "Жук спи.")["readers"] == ["g2p-ady", "g2p-bul"]
+        assert "readers" not in tokens("g2p-en", "Жук, a cat.")
+        assert tokens("g2p-en", "λόγος")["readers"] == []
