@@ -114,6 +114,15 @@ class InvalidInput(ValueError):
     """An input the model cannot take, e.g. empty after tokenization (INVALID_ARGUMENT)."""
 
 
+class OutsideAlphabet(InvalidInput):
+    """An input with symbols outside the model's alphabet; `text` is that input, so the layer that
+    knows the other served models can name those that read it."""
+
+    def __init__(self, message: str, text: str):
+        super().__init__(message)
+        self.text = text
+
+
 class UnknownModel(LookupError):
     """No model (or model version) of that name is served here (NOT_FOUND)."""
 

@@ -25,7 +25,7 @@ from service.answering.alphabet import IPA, is_arpabet
 from service.answering.text import Script, TextReader
 from service.answering.textrules import TextRules
 from service.config import AnswerConfig
-from service.domain import GREEDY, Decoded, DecodeOptions, InvalidInput, NotReady, Source
+from service.domain import GREEDY, Decoded, DecodeOptions, InvalidInput, NotReady, OutsideAlphabet, Source
 from service.engine.engine import Engine
 from service.metrics import ModelMetrics
 from service.scheduling.batcher import Batcher
@@ -174,6 +174,12 @@ class Answerer:
         results = await self.batcher.submit([Source(s, t) for s, t in zip(sources, targets)], options, deadline_s)
         return [hyps[0] for hyps in results]
 
+    def reads(self, text: str) -> bool:
+        """Whether every symbol of `text`, after the model's own source normalization, is in its
+        alphabet (a compound's separators aside): the model reads it without unknown symbols."""
+        tokens = self.engine.tokenize(text)
+        return bool(tokens) and not any(not SEPARATORS.fullmatch(t) for _, t in self.engine.unknown_symbols(tokens))
+
     def _words(self, text: str) -> list[str] | None:
         if self.engine.src_tokenization != "chars":
             return None
@@ -198,6 +204,6 @@ class Answerer:
                        if not (compound and SEPARATORS.fullmatch(t))]
             if unknown and not options.allow_unknown:
                 shown = ", ".join(f"{t!r} at position {p}" for p, t in unknown[:5])
-                raise InvalidInput(f"inputs[{i}] {texts[i]!r} has symbols outside the model's alphabet: {shown} "
-                                   "(options.allow_unknown_symbols decodes them as unknown)")
+                raise OutsideAlphabet(f"inputs[{i}] {texts[i]!r} has symbols outside the model's alphabet: {shown} "
+                                      "(options.allow_unknown_symbols decodes them as unknown)", texts[i])
         return sources

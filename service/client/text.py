@@ -115,6 +115,26 @@ def _read_lines(path: str) -> tuple[list[str], list[int]]:
     return [t for _, t in kept], [n for n, _ in kept]
 
 
+def unread_words(r) -> str | None:
+    """A result none of whose words the model read: those words, space-separated; else None."""
+    words = [t for t in r.tokens if t.kind == pb.TOKEN_KIND_WORD]
+    if not words or any(t.words for t in words):
+        return None
+    return " ".join(t.text for t in words)
+
+
+def who_reads(stub, model: str, words: str, call_kwargs: dict) -> str:
+    """Which served models read `words`, as the server says it: its refusal of them as one input
+    (a word call) names them by the server's own rule (each model's normalization and alphabet).
+    "" when the server says nothing of it (the words too long for one input, say)."""
+    try:
+        stub.Transduce(pb.TransduceRequest(inputs=[words], model_name=model), **call_kwargs)
+    except grpc.RpcError as e:
+        said = e.details().rsplit("; ", 1)[-1] if e.code() == grpc.StatusCode.INVALID_ARGUMENT else ""
+        return said if said.startswith(("models that read it", "no served model reads it")) else ""
+    return ""
+
+
 def _show(console: Console, text: str, r) -> None:
     console.print(Text.assemble((text, "bold"), " -> ", (r.pronunciation, "bold cyan")))
     console.print(Text(f"  read as: {r.spoken}", style="dim"))
@@ -142,6 +162,8 @@ def cmd_text(stub, args) -> int:
         console.print(Text(f"model {resp.model_name} {resp.model_version}", style="dim"))
         for text, r in zip(args.texts, resp.results):
             _show(console, text, r)
+            if (words := unread_words(r)) is not None and (said := who_reads(stub, resp.model_name, words, call_kwargs)):
+                console.print(Text(f"  {resp.model_name} reads none of its words; {said}", style="yellow"))
         return 0
     texts, lines = _read_lines(args.file)
     refused = 0

@@ -247,6 +247,20 @@ class ModelRepository:
             raise NotReady(f"model {m.name!r} is still loading")
         return m.answerer, m.bundle
 
+    def language_of(self, name: str) -> str:
+        """The language tag a served model's manifest declares ("" when none, or not served)."""
+        m = self.models.get(name)
+        return m.bundle.manifest.language if m is not None and m.bundle is not None else ""
+
+    def readers(self, text: str) -> list[str]:
+        """The served models that read `text` (each by its own normalization and alphabet), by name."""
+        return [n for n, m in sorted(self.models.items()) if m.answerer is not None and m.answerer.reads(text)]
+
+    def suggestion(self, text: str) -> str:
+        """What a refusal of `text` for its symbols adds: the served models that read it."""
+        names = self.readers(text)
+        return f"models that read it: {', '.join(names)}" if names else "no served model reads it"
+
     def all_ready(self) -> bool:
         """Every model the server was asked to serve is loaded."""
         return self.loaded and not self.failed and self._peers_ready

@@ -31,6 +31,7 @@ import grpc
 from aiohttp import hdrs, web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from attnserve.bundle.languages import language_name
 from service.config import ServerConfig
 from service.metrics import Metrics
 from service.domain import BadRequest, UnknownModel
@@ -156,10 +157,11 @@ def parse_infer(body: dict, binary: bytes, limits: ServerConfig, bundle) -> tupl
     return call, binary_out, params
 
 
-def infer_response(call: oip.InferCall, hyps, joiner: str, bundle, request_id, binary_out: set[str]) -> web.Response:
+def infer_response(call: oip.InferCall, hyps, joiner: str, bundle, request_id, binary_out: set[str],
+                   readers: list[list[str] | None] | None = None) -> web.Response:
     outputs, blobs = [], []
     for name in call.outputs:
-        shape, values = oip.output_of(call, name, hyps, joiner)
+        shape, values = oip.output_of(call, name, hyps, joiner, readers)
         tensor = {"name": name, "datatype": oip.datatype_of(name), "shape": shape}
         if name in binary_out:
             blobs.append(oip.raw_of(values))
@@ -239,7 +241,7 @@ class HttpFront:
         try:
             return await work
         except Exception as e:  # keep serving
-            code, message = status_of(e, f"http.{rpc}")
+            code, message = status_of(e, f"http.{rpc}", self.repository)
             return error(HTTP_STATUS.get(code, 500), message)
         finally:
             record(self.metrics, f"http.{rpc}", model[0], code, started)
@@ -291,7 +293,8 @@ class HttpFront:
                 raise BadRequest(f"parameter timeout must be a positive int (microseconds), got {timeout_us!r}")
             deadline_s = None if timeout_us is None else time.perf_counter() + timeout_us / 1e6
             hyps = await oip.run(answerer, call, deadline_s)
-            return infer_response(call, hyps, answerer.tgt_joiner, bundle, body.get("id"), binary_out)
+            readers = oip.readers_of(hyps, self.repository) if call.text and "TOKENS" in call.outputs else None
+            return infer_response(call, hyps, answerer.tgt_joiner, bundle, body.get("id"), binary_out, readers)
         model = [""]
         return await self._answer("ModelInfer", work(), model)
 
@@ -302,7 +305,10 @@ class HttpFront:
             except (ValueError, UnicodeDecodeError):
                 raise BadRequest("the request body is not JSON") from None
             ready_only = isinstance(body, dict) and body.get("ready") is True
-            return web.json_response([{"name": s.name, "version": s.version, "state": s.state, "reason": s.reason}
+            # Beyond Triton's fields (its clients ignore others): what the page picks a model by.
+            return web.json_response([{"name": s.name, "version": s.version, "state": s.state, "reason": s.reason,
+                                       "default": s.name == self.repository.default,
+                                       "language": language_name(self.repository.language_of(s.name))}
                                       for s in self.repository.index() if s.state == "READY" or not ready_only])
         return await self._answer("RepositoryIndex", work(), [""])
 

@@ -75,11 +75,11 @@ def parse_infer(req: pb.ModelInferRequest, limits, bundle: Bundle) -> InferCall:
 
 
 def to_infer_response(req: pb.ModelInferRequest, call: InferCall, hyps: list[list[Decoded]], joiner: str,
-                      bundle: Bundle) -> pb.ModelInferResponse:
+                      bundle: Bundle, readers: list[list[str] | None] | None = None) -> pb.ModelInferResponse:
     # Raw contents rather than typed ones: stock clients (tritonclient's as_numpy) read raw.
     reply = pb.ModelInferResponse(model_name=bundle.name, model_version=bundle.version, id=req.id)
     for name in call.outputs:
-        shape, values = oip.output_of(call, name, hyps, joiner)
+        shape, values = oip.output_of(call, name, hyps, joiner, readers)
         reply.outputs.add(name=name, datatype=oip.datatype_of(name), shape=shape)
         reply.raw_output_contents.append(raw_of(values))
     return reply
@@ -123,7 +123,7 @@ class KServeServicer(ModelServicer):
         return await self._observe("ModelConfig", context, self._model_config(request, served), served)
 
     def _observe(self, rpc: str, context, work, served: Served | None = None):
-        return observe(self.metrics, rpc, served or Served(), context, work)
+        return observe(self.metrics, rpc, served or Served(), context, work, self.repository)
 
     @staticmethod
     async def _value(reply):
@@ -192,5 +192,6 @@ class KServeServicer(ModelServicer):
         answerer, bundle = self._named(request.model_name, request.model_version, served)
         call = parse_infer(request, self.limits, bundle)
         hyps = await oip.run(answerer, call, deadline_s)
-        return to_infer_response(request, call, hyps, answerer.tgt_joiner, bundle)
+        readers = oip.readers_of(hyps, self.repository) if call.text and "TOKENS" in call.outputs else None
+        return to_infer_response(request, call, hyps, answerer.tgt_joiner, bundle, readers)
 

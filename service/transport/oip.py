@@ -41,6 +41,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from service.answering.reading import TextAnswer
+from service.answering.text import WORD
 from service.config import ServerConfig
 from service.domain import BadRequest, Decoded, DecodeOptions
 from service.engine.bundle import Bundle
@@ -187,8 +188,24 @@ def _text_call(texts: list[str], params: dict, requested: list[str], bundle: Bun
                      return_attention=params.get("return_attention", True) and has_attention(bundle.manifest))
 
 
-def text_json(answer: TextAnswer, return_attention: bool) -> dict:
-    """One text's TOKENS element: its tokens, their words and the words' attention on the text."""
+def unread_words(answer: TextAnswer) -> str | None:
+    """A text none of whose words the model reads: those words, space-separated (what the served
+    models are asked to read instead); None when the model reads a word of it, or it has none."""
+    words = [t for t in answer.tokens if t.token.kind == WORD]
+    if not words or any(t.words for t in words):
+        return None
+    return " ".join(t.token.text for t in words)
+
+
+def readers_of(answers: list[TextAnswer], repository) -> list[list[str] | None]:
+    """For each text none of whose words the model reads, the served models that read them all
+    (repository.readers); None for the others."""
+    return [None if (words := unread_words(a)) is None else repository.readers(words) for a in answers]
+
+
+def text_json(answer: TextAnswer, return_attention: bool, readers: list[str] | None = None) -> dict:
+    """One text's TOKENS element: its tokens, their words and the words' attention on the text;
+    `readers` where the model reads none of its words: the served models that read them."""
     def word(w):
         out = {"text": w.word.text, "start": w.word.start, "end": w.word.end, "pronunciation": w.text,
                "tokens": w.tokens, "origin": w.hyp.origin, "log_prob": w.hyp.log_prob,
@@ -197,13 +214,17 @@ def text_json(answer: TextAnswer, return_attention: bool) -> dict:
             out["char_attention"] = {"rows": w.char_attn.shape[0], "cols": w.char_attn.shape[1],
                                      "weights": w.char_attn.ravel().tolist()}
         return out
-    return {"spoken": answer.spoken, "pronunciation": answer.pronunciation, "tokens": [
+    out = {"spoken": answer.spoken, "pronunciation": answer.pronunciation, "tokens": [
         {"text": t.token.text, "kind": t.token.kind, "start": t.token.start, "end": t.token.end,
          "spoken": t.token.spoken if t.words else "", "unread": list(t.token.unread),
          "words": [word(w) for w in t.words]} for t in answer.tokens]}
+    if readers is not None:
+        out["readers"] = readers
+    return out
 
 
-def text_output_array(name: str, answers: list[TextAnswer], return_attention: bool):
+def text_output_array(name: str, answers: list[TextAnswer], return_attention: bool,
+                      readers: list[list[str] | None] | None = None):
     B = len(answers)
     if name == "SCORE":
         return [B], np.array([a.log_prob for a in answers], dtype="<f4")
@@ -211,13 +232,16 @@ def text_output_array(name: str, answers: list[TextAnswer], return_attention: bo
         return [B], [a.pronunciation.encode("utf-8") for a in answers]
     if name == "SPOKEN":
         return [B], [a.spoken.encode("utf-8") for a in answers]
-    return [B], [json.dumps(text_json(a, return_attention), ensure_ascii=False).encode("utf-8") for a in answers]
+    readers = readers or [None] * B
+    return [B], [json.dumps(text_json(a, return_attention, r), ensure_ascii=False).encode("utf-8")
+                 for a, r in zip(answers, readers)]
 
 
-def output_of(call: InferCall, name: str, answers, joiner: str):
-    """One output tensor of the call as (shape, values), a text call's or a word call's."""
+def output_of(call: InferCall, name: str, answers, joiner: str, readers: list[list[str] | None] | None = None):
+    """One output tensor of the call as (shape, values), a text call's or a word call's (readers:
+    readers_of, for a text call's TOKENS)."""
     if call.text:
-        return text_output_array(name, answers, call.return_attention)
+        return text_output_array(name, answers, call.return_attention, readers)
     return output_array(name, answers, joiner, call.per_hypothesis)
 
 

@@ -15,8 +15,8 @@ import grpc
 from attnserve.v1 import attnserve_pb2 as pb
 from service.answering.answerer import Answerer
 from service.config import ServerConfig
-from service.domain import (BadRequest, BundleError, DeadlineExpired, InvalidInput, NotReady, Overloaded, UnknownModel,
-                            VersionNotFound)
+from service.domain import (BadRequest, BundleError, DeadlineExpired, InvalidInput, NotReady, OutsideAlphabet,
+                            Overloaded, UnknownModel, VersionNotFound)
 from service.engine.bundle import Bundle
 from service.metrics import Metrics
 from service.repository.repository import ModelRepository, versions_on_disk
@@ -30,6 +30,7 @@ log = logging.getLogger("attnserve")
 STATUS_OF = {
     BadRequest: grpc.StatusCode.INVALID_ARGUMENT,
     InvalidInput: grpc.StatusCode.INVALID_ARGUMENT,
+    OutsideAlphabet: grpc.StatusCode.INVALID_ARGUMENT,  # its message names the served models that read the input
     UnknownModel: grpc.StatusCode.NOT_FOUND,
     Overloaded: grpc.StatusCode.RESOURCE_EXHAUSTED,
     NotReady: grpc.StatusCode.UNAVAILABLE,
@@ -45,12 +46,15 @@ def deadline_of(context: grpc.aio.ServicerContext) -> float | None:
     return None if left_s is None or left_s > 1e8 else time.perf_counter() + left_s
 
 
-def status_of(e: Exception, rpc: str) -> tuple[grpc.StatusCode, str]:
+def status_of(e: Exception, rpc: str, repository: ModelRepository | None = None) -> tuple[grpc.StatusCode, str]:
     """The status code and message a domain error maps to; anything unexpected is INTERNAL.
 
     Details never carry internal text (exception names, file paths): a refused bundle's
-    client hears its reason, the log also where it lies.
+    client hears its reason, the log also where it lies. An input outside the model's alphabet
+    also hears which served models read it (the repository knows them; the answerer does not).
     """
+    if isinstance(e, OutsideAlphabet) and repository is not None:
+        return STATUS_OF[OutsideAlphabet], f"{e}; {repository.suggestion(e.text)}"
     if isinstance(e, VersionNotFound):
         return STATUS_OF[VersionNotFound], e.reason
     if isinstance(e, BundleError):
@@ -81,8 +85,9 @@ def record(metrics: Metrics, rpc: str, model: str, code: grpc.StatusCode, starte
     metrics.request_seconds.labels(rpc, model, code.name).observe(time.perf_counter() - started)
 
 
-async def observe(metrics: Metrics, rpc: str, served: Served, context, work):
-    """Await one RPC's work: record its metrics and turn a domain error into its status code.
+async def observe(metrics: Metrics, rpc: str, served: Served, context, work, repository: ModelRepository | None = None):
+    """Await one RPC's work: record its metrics and turn a domain error into its status code
+    (status_of; with the repository, a refused input names the models that read it).
 
     Shared by every service on the server so that all map errors and label metrics alike.
     """
@@ -94,7 +99,7 @@ async def observe(metrics: Metrics, rpc: str, served: Served, context, work):
         code = grpc.StatusCode.CANCELLED
         raise
     except Exception as e:  # keep serving
-        code, message = status_of(e, rpc)
+        code, message = status_of(e, rpc, repository)
     finally:
         record(metrics, rpc, served.model, code, started)
     await context.abort(code, message)
@@ -120,7 +125,7 @@ class TransducerServicer(ModelServicer):
     async def Transduce(self, raw: bytes, context: grpc.aio.ServicerContext) -> pb.TransduceResponse:
         served = Served()
         return await observe(self.metrics, "Transduce", served, context,
-                             self._transduce(raw, deadline_of(context), served))
+                             self._transduce(raw, deadline_of(context), served), self.repository)
 
     async def TransduceStream(self, raw_requests, context: grpc.aio.ServicerContext):
         """Every request message is decoded concurrently; responses go out as they finish.
@@ -137,7 +142,7 @@ class TransducerServicer(ModelServicer):
                 code = grpc.StatusCode.CANCELLED
                 raise
             except Exception as e:
-                code, message = status_of(e, "TransduceStream")
+                code, message = status_of(e, "TransduceStream", self.repository)
                 response = convert.to_error_response(code.name, message, convert.request_id_of(raw))
             finally:
                 record(self.metrics, "TransduceStream", served.model, code, started)
@@ -185,7 +190,7 @@ class TransducerServicer(ModelServicer):
     async def Score(self, request: pb.ScoreRequest, context) -> pb.ScoreResponse:
         served = Served()
         return await observe(self.metrics, "Score", served, context,
-                             self._score(request, deadline_of(context), served))
+                             self._score(request, deadline_of(context), served), self.repository)
 
     async def _score(self, request: pb.ScoreRequest, deadline_s: float | None, served: Served) -> pb.ScoreResponse:
         call = convert.parse_score(request, self.limits)

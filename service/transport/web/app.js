@@ -45,12 +45,19 @@ async function loadModels() {
   try {
     const index = await api("/v2/repository/index", {});
     const ready = index.filter((m) => m.state === "READY");
+    // Each model by its language's name (the bundle's manifest), then its own name.
     select.replaceChildren(...ready.map((m) => {
-      const option = new Option(`${m.name} (v${m.version})`, m.name);
+      const label = m.language ? `${m.language} \u2014 ${m.name}` : m.name;
+      const option = new Option(`${label} (v${m.version})${m.default ? " (default)" : ""}`, m.name);
       option.dataset.version = m.version;
+      option.dataset.language = m.language || "";
       return option;
     }));
+    // The choice kept across reloads of the list; else the server's default model, what a request
+    // naming none gets (not the first by name, which may read no English).
+    const fallback = ready.find((m) => m.default);
     if (ready.some((m) => m.name === previous)) select.value = previous;
+    else if (fallback) select.value = fallback.name;
     if (!ready.length) showError("no model is READY on this server");
     else showError("");
   } catch (e) {
@@ -151,7 +158,8 @@ function render(words, reply) {
 
 async function transduce(event) {
   event.preventDefault();
-  const words = $("words").value.trim().split(/\s+/).filter((w) => w !== "");
+  // An empty box asks for its placeholder's example words, as the page shows them.
+  const words = ($("words").value.trim() || $("words").dataset.example).split(/\s+/).filter((w) => w !== "");
   if (!words.length) { showError("type one or more words"); return; }
   const model = $("model").value;
   if (!model) { showError("no model to ask: none is READY (or the token is missing)"); return; }

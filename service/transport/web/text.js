@@ -49,12 +49,17 @@ function renderText(text, doc) {
     el("th", {}, "span"), el("th", {}, "token"), el("th", {}, "kind"), el("th", {}, "words"))), rows);
   section.append(table, maps);
   $("results").replaceChildren(section);
+  // The model reads none of the text's words: the server names the served models that read them.
+  if (doc.readers) {
+    showError(doc.readers.length ? `${$("model").value} reads none of these words; models that read them: ` +
+      doc.readers.join(", ") : `${$("model").value} reads none of these words, nor does any served model`);
+  }
 }
 
 async function readText(event) {
   event.preventDefault();
-  const text = $("text").value;
-  if (!text.trim()) { showError("type a text"); return; }
+  // An empty box reads its placeholder's example sentence, as the page shows it.
+  const text = $("text").value.trim() ? $("text").value : $("text").dataset.example;
   const model = $("model").value;
   if (!model) { showError("no model to ask: none is READY (or the token is missing)"); return; }
   const body = {
