@@ -182,6 +182,8 @@ def test_the_output_shape_is_phonemizers(ph, call):
     theirs = phonemizer.phonemize(**call, separator=TheirSeparator(phone=phone, word=word))
     ours = ph(**call, separator=Separator(phone=phone, word=word))
     assert type(ours) is type(theirs)
+    # A pipeline that changed only its phonemize import still passes phonemizer's own Separator.
+    assert ph(**call, separator=TheirSeparator(phone=phone, word=word)) == ours
     assert shape(ours, phone, word, module.DEFAULT_MARKS) == shape(theirs, phone, word, module.DEFAULT_MARKS)
 
 
