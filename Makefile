@@ -30,16 +30,17 @@ test: system-deps $(VENV)/.dev-installed
 	$(PY) -m pytest -q -n auto --dist loadfile
 
 # Debian packages the tests run: a real Prometheus (tests/server/test_prometheus.py), headless Chromium
-# with its chromedriver (tests/transport/test_page.py, the attention page), and the Noto fonts, so that the page
+# with its chromedriver (tests/transport/test_page.py, the attention page), the Noto fonts, so that the page
 # and the client's PNG heat maps draw every script of the models (Armenian, Georgian, Hangul,
-# Hiragana, Khmer; DejaVu covers Latin, Greek, Cyrillic and IPA). Installed only when missing; the
+# Hiragana, Khmer; DejaVu covers Latin, Greek, Cyrillic and IPA), and espeak-ng, which phonemizer
+# runs where tests/client/test_phonemize.py compares output shapes. Installed only when missing; the
 # package lists are refreshed only if the first install attempt fails.
-SYSTEM_DEPS := prometheus chromium chromium-driver fonts-noto-core fonts-noto-cjk
+SYSTEM_DEPS := prometheus chromium chromium-driver fonts-noto-core fonts-noto-cjk espeak-ng
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 APT_INSTALL := DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q --no-install-recommends
 .PHONY: system-deps
 system-deps:
-	@{ command -v prometheus && command -v chromium && command -v chromedriver && \
+	@{ command -v prometheus && command -v chromium && command -v chromedriver && command -v espeak-ng && \
 	   fc-list | grep -q "Noto Sans Khmer" && fc-list | grep -q "Noto Sans CJK"; } >/dev/null || \
 	  $(APT_INSTALL) $(SYSTEM_DEPS) || { $(SUDO) apt-get update -q && $(APT_INSTALL) $(SYSTEM_DEPS); }
 

@@ -1,2 +1,2 @@
 """Client tools, apart from the server: attnserve-client, heat maps, the replica-balancing service
-config and the health checker containers run."""
+config, the health checker containers run, and phonemize() for code that calls phonemizer."""
