@@ -92,7 +92,8 @@ class Answerer:
         if self._script is None:
             engine = self.engine
             self._script = Script(engine.src_tokenization == "chars", frozenset(engine.alphabet), engine.normalize,
-                                  engine.tokenize)
+                                  engine.tokenize, frozenset(engine.tgt_vocab) - {
+                engine.tgt_vocab[i] for i in (engine.pad_id, engine.bos_id, engine.eos_id, engine.unk_id)})
         known = KnownWords(self.lexicon, self.engine.tokenize) if self.cfg.lexicon else frozenset()
         read = [self._reader.read(t, self._script, known) for t in texts]
         keys = word_keys(read, options.allow_unknown, self.engine.tokenize)
@@ -101,8 +102,8 @@ class Answerer:
         ipa = alphabet == IPA
         said = {k: self._said.get(k, a, options, ipa) for k, a in zip(unique, answers)}
         separator = word_separator(separator, ipa, self.tgt_joiner)
-        return [assemble(text, tokens, keys, said, options.allow_unknown, separator, attention, self._script.normalize)
-                for text, tokens in zip(texts, read)]
+        return [assemble(text, tokens, keys, said, options.allow_unknown, separator, attention, self._script.normalize,
+                         lambda w: self._said.given(w, ipa)) for text, tokens in zip(texts, read)]
 
     def same_options(self, options: DecodeOptions) -> DecodeOptions:
         """One object for equal options: each call parses its own, and the cache's keys (a word and its

@@ -8,6 +8,10 @@ attention mapped back onto the characters of the text.
 A word the lexicon has several pronunciations of (read, record, live, lead) gets the lexicon's first,
 its primary one, and says so; the others come as alternatives, from the pronunciations the one
 lookup found (cache.Answer). Nothing chooses by context here.
+
+A word whose pronunciation a text rule gives (an elided clitic, text.py) is not answered: its
+answer is the rule's symbols, attention spread over its letters. A word answered with nothing (no
+symbol) is flagged: its token unread, the word kept with the reason as its choice, never dropped.
 """
 from __future__ import annotations
 
@@ -21,6 +25,9 @@ from service.answering.cache import Answer
 from service.answering.lexicon import Targets
 from service.answering.text import PUNCTUATION, Spoken, Token, joined, spoken_text
 from service.domain import LEXICON, OVERRIDE, Decoded, DecodeOptions, InvalidInput
+
+RULE_CHOICE = "rule: the language's text rules give it (textdata)"
+EMPTY_CHOICE = "unread: answered with no symbol"
 
 ARPABET_WORDS, PLAIN_WORDS = " | ", " "  # the default word separators: phonemes joined by spaces, or not
 SAID_ENTRIES = 20000  # words' answers as shown, kept beside the response cache (emptied whole when full)
@@ -104,7 +111,7 @@ def word_keys(read: list[list[Token]], allow_unknown: bool,
         for t in tokens:
             if t.words and (not t.unread or allow_unknown):
                 for w in t.words:
-                    if w.text not in keys:
+                    if w.said is None and w.text not in keys:
                         keys[w.text] = tuple(tokenize(w.text))
     return keys
 
@@ -134,6 +141,25 @@ class SaidMemo:
         self.joiner, self.tgt_vocab, self.lexicon_on = joiner, tgt_vocab, lexicon_on
         self._said: dict[tuple, Said] = {}
 
+    def given(self, word: Spoken, ipa: bool) -> Said:
+        """A word's answer from the pronunciation a rule gives (its symbols in the model's output
+        vocabulary, as text.py checked): certain, its attention spread evenly over the word's
+        letters, its apostrophe none."""
+        key = ("\0rule", word.text, word.said, ipa)
+        shown = self._said.get(key)
+        if shown is None:
+            letters = [i for i, c in enumerate(word.text) if c.isalpha()] or list(range(len(word.text)))
+            attn = np.zeros((len(word.said) + 1, len(word.text)), dtype=np.float32)
+            attn[:, letters] = 1.0 / len(letters)
+            hyp = Decoded(list(word.text), [self.tgt_vocab.index(t) for t in word.said], list(word.said), 0.0, attn,
+                          True, origin=LEXICON)
+            shown = replace(said_of(Answer([hyp], None), DecodeOptions(), ipa, self.joiner, self.tgt_vocab, True),
+                            choice=RULE_CHOICE)
+            if len(self._said) >= SAID_ENTRIES:
+                self._said.clear()
+            self._said[key] = shown
+        return shown
+
     def get(self, key: tuple[str, ...], answer: Answer, options: DecodeOptions, ipa: bool) -> Said:
         shown = self._said.get((key, ipa, options))
         if shown is None or shown.hyp is not answer.hyps[0]:  # not seen, or answered anew since
@@ -152,18 +178,26 @@ def word_separator(separator: str | None, ipa: bool, joiner: str) -> str:
 
 
 def assemble(text: str, tokens: list[Token], keys: dict[str, tuple[str, ...]], said: dict[tuple[str, ...], Said],
-             allow_unknown: bool, separator: str, attention: bool, normalize: Callable[[str], str]) -> TextAnswer:
-    """A text's answer from its read tokens and its words' answers as shown (keys: word_keys())."""
+             allow_unknown: bool, separator: str, attention: bool, normalize: Callable[[str], str],
+             given: Callable[[Spoken], Said] | None = None) -> TextAnswer:
+    """A text's answer from its read tokens and its words' answers as shown (keys: word_keys()),
+    the words a rule pronounces by `given` (SaidMemo.given)."""
     out, parts = [], []
     for token in tokens:
-        words = []
+        words, empty = [], set()
         if token.words and (not token.unread or allow_unknown):
             for w in token.words:
-                s = said[keys[w.text]]
+                s = said[keys[w.text]] if w.said is None else given(w)
+                choice = s.choice
+                if not s.tokens:  # nothing to say is not a reading: flagged, with the reason
+                    empty.update(i for i in range(w.start, w.end) if not text[i].isspace())
+                    choice = f"{EMPTY_CHOICE} ({s.choice})"
                 char_attn = char_attention(normalize, w, s.hyp.attn) if attention and s.hyp.attn is not None else None
-                words.append(WordAnswer(w, s.hyp, s.tokens, s.text, char_attn, s.alternatives, s.choice))
+                words.append(WordAnswer(w, s.hyp, s.tokens, s.text, char_attn, s.alternatives, choice))
+        if empty:
+            token = replace(token, unread=tuple(sorted(empty.union(token.unread))))
         out.append(TokenAnswer(token, tuple(words)))
-        parts.append(separator.join(w.text for w in words) if words else token.text)
+        parts.append(separator.join(w.text for w in words) if words and not empty else token.text)
     shown = [replace(t, words=()) if not a.words and t.kind != PUNCTUATION else t for t, a in zip(tokens, out)]
     return TextAnswer(text, tuple(out), spoken_text(text, tokens), joined(text, shown, parts, separator))
 

@@ -9,7 +9,9 @@ character that cannot be read is a token too, flagged (`unread`), never dropped.
 ordinals, years, decades, decimals with the language's mark, negatives, currency, clock times),
 abbreviations and titles (the language's data file, textrules.py), initials, acronyms (spelled or
 read: the lexicon, then a rule), inner apostrophes (don't, Smith's) and hyphens (well-known: two
-words and the hyphen) are read in the model's language. Pure: no model, no I/O; what the model can
+words and the hyphen) are read in the model's language. An elided clitic the language's rules list (French j'ai, qu'il) is a
+token of its own, the letters and the apostrophe, read by the rule's pronunciation; the word it
+leans on is read as any word. Pure: no model, no I/O; what the model can
 read comes in as values (Script), and the words its lexicon has as a container of words.
 """
 from __future__ import annotations
@@ -17,7 +19,7 @@ from __future__ import annotations
 import re
 import sys
 import unicodedata
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Container
 
 from service.answering import numbers
@@ -59,6 +61,7 @@ class Spoken:
     start: int
     end: int
     letters: tuple[int, ...] | None = None  # per character of `text` its index in the text; None: it reads [start, end) whole
+    said: tuple[str, ...] | None = None  # its pronunciation in the model's symbols, given by a rule; None: answered
 
 
 @dataclass(frozen=True)
@@ -115,6 +118,7 @@ class Script:
     alphabet: frozenset[str]
     normalize: Callable[[str], str]
     tokenize: Callable[[str], list[str]]
+    says: frozenset[str] | None = None  # the model's output symbols: a rule's pronunciation must be made of them
     # unreadable()'s answers by word: a pure function's, so equal Scripts may hold different ones
     _seen: dict[str, list[int]] = field(default_factory=dict, compare=False, repr=False)
 
@@ -154,7 +158,7 @@ class TextReader:
         last = len(matches) - 1
         for i, m in enumerate(matches):
             if m.lastgroup == "word":  # most tokens: no neighbours needed
-                tokens.append(self._word(m.group(), m.start(), shouting, known))
+                tokens += self._elided(m.group(), m.start(), shouting, known)
             else:
                 tokens += self._token(text, m, matches[i - 1] if i else None, matches[i + 1] if i < last else None,
                                       shouting, known)
@@ -172,7 +176,7 @@ class TextReader:
                 return [self._word(letter, start, shouting, known), Token(".", PUNCTUATION, end - 1, end)]
             return self._sentence_end(text, Token(written, ABBREVIATION, start, end, *self._spelled(letter, start)))
         if kind == "word":
-            return [self._word(written, start, shouting, known)]
+            return self._elided(written, start, shouting, known)
         if kind == "ellipsis":
             return [Token(written, PUNCTUATION, start, end)]
         if written in self.rules.symbols:  # `other`: one character
@@ -227,6 +231,22 @@ class TextReader:
                     tuple(Spoken(w.text, w.start, min(w.end, token.end - 1), w.letters) for w in token.words))
         return [cut, Token(".", PUNCTUATION, token.end - 1, token.end)]
 
+    def _elided(self, written: str, start: int, shouting: bool, known: Container[str]) -> list[Token]:
+        """A word, after the elided clitics it starts with (French qu'aujourd'hui: qu', then the rest):
+        each clitic a token of its letters and apostrophe, read by the rule's pronunciation."""
+        elisions, out = self.rules.elisions, []
+        while elisions:
+            cut = min((i for i in (written.find("'"), written.find("\u2019")) if i > 0), default=-1)
+            said = elisions.get(written[:cut].lower() + "'") if 0 < cut < len(written) - 1 else None
+            if said is None:
+                break
+            clitic = written[:cut + 1]
+            out.append(Token(clitic, WORD, start, start + cut + 1, clitic,
+                             (Spoken(clitic.lower(), start, start + cut + 1, tuple(range(start, start + cut + 1)), said),)))
+            written, start = written[cut + 1:], start + cut + 1
+        out.append(self._word(written, start, shouting, known))
+        return out
+
     def _word(self, written: str, start: int, shouting: bool, known: Container[str]) -> Token:
         end = start + len(written)
         plain = written.replace("\u2019", "'")
@@ -235,7 +255,10 @@ class TextReader:
                 return Token(written, ABBREVIATION, start, end, *self._spelled(plain, start))
             return Token(written, ABBREVIATION, start, end, plain.lower(),
                          (Spoken(plain.lower(), start, end, tuple(range(start, end))),))
-        return Token(written, WORD, start, end, plain, (Spoken(plain, start, end, tuple(range(start, end))),))
+        said = self.rules.words.get(plain.lower()) if self.rules.words else None
+        if said is not None and plain.lower() in known:  # the lexicon's reading comes first
+            said = None
+        return Token(written, WORD, start, end, plain, (Spoken(plain, start, end, tuple(range(start, end)), said),))
 
     def _spelled(self, letters: str, start: int) -> tuple[str, tuple[Spoken, ...]]:
         words = []
@@ -263,8 +286,14 @@ class TextReader:
         alphabet, a derived word's (a number's, an abbreviation's) whole token."""
         if token.unread or not token.words:
             return token
+        if script.says is not None and any(w.said is not None and not script.says.issuperset(w.said) for w in token.words):
+            # a rule's pronunciation in symbols this model lacks: the word is read as written, as without the rule
+            token = replace(token, words=tuple(replace(w, said=None) if w.said is not None and not
+                                               script.says.issuperset(w.said) else w for w in token.words))
         unread: set[int] = set()
         for w in token.words:
+            if w.said is not None:  # given by a rule, in the model's symbols
+                continue
             bad = script.unreadable(w.text)
             if bad and w.letters is not None:
                 unread.update(w.letters[i] for i in bad)

@@ -6,6 +6,13 @@ the field that were trained on CMUdict read as English). A model's own file (mod
 <overrides-dir>/<name>.text.tsv) has the format of the shipped one, and a written form it lists
 replaces every line the shipped file has for it, as the overrides file's words win over the lexicon.
 A bad line is refused with its file and line number (LexiconError), and nothing of the file is taken.
+
+Two kinds give a pronunciation, in the symbols of the language's models separated by spaces, where
+the model cannot be trusted: `elision` (French j' l' qu', Italian l'), a clitic written as letters
+and an apostrophe, read as a word of its own before the word it leans on, which is read as any word
+is; `word`, a word the lexicon lacks whose reading is a rule of the language (French `a`, the verb,
+is /a/). A model whose output symbols lack one of them reads that word as written, as it would
+without the rule (text.py).
 """
 from __future__ import annotations
 
@@ -17,7 +24,8 @@ from service.domain import LexiconError
 
 DATA = Path(__file__).resolve().parent / "textdata"
 WHEN = ("", "before_capital", "after_capital", "before_number", "after_number")
-KINDS = ("abbreviation", "letter", "symbol", "currency", "unit", "mark", "ordinal", "time")
+KINDS = ("abbreviation", "letter", "symbol", "currency", "unit", "mark", "ordinal", "time", "elision", "word")
+APOSTROPHES = "'\u2019"  # an elision's apostrophe: either is written, the ASCII one is its key
 MARKS = ("decimal", "thousands", "point")
 TIMES = ("oclock", "oh")
 # Language tags a bundle may carry (ISO 639-1, 639-2/B and /T, 639-3, with a region or a script after
@@ -51,6 +59,8 @@ class TextRules:
     symbols: dict[str, str] = field(default_factory=dict)
     currencies: dict[str, str] = field(default_factory=dict)  # sign -> ISO 4217 code
     units: dict[str, tuple[str, str]] = field(default_factory=dict)  # code -> (singular, plural)
+    elisions: dict[str, tuple[str, ...]] = field(default_factory=dict)  # "qu'" (lower case) -> its symbols
+    words: dict[str, tuple[str, ...]] = field(default_factory=dict)  # "a" (lower case) -> its symbols
 
     @property
     def english(self) -> bool:
@@ -80,6 +90,10 @@ def _parse(path: Path) -> dict[str, list[tuple[str, tuple[str, ...], int]]]:
             raise LexiconError(f"{path}:{n}: an abbreviation's `when` must be one of {WHEN[1:]} or nothing, got {line!r}")
         if kind == "mark" and written not in MARKS or kind == "time" and written not in TIMES:
             raise LexiconError(f"{path}:{n}: {kind} {written!r} is not one of {MARKS if kind == 'mark' else TIMES}")
+        if kind == "elision" and not (len(written) >= 2 and written[-1] in APOSTROPHES and written[:-1].isalpha()):
+            raise LexiconError(f"{path}:{n}: an elision is letters then an apostrophe, got {written!r}")
+        if kind == "word" and not written.isalpha():
+            raise LexiconError(f"{path}:{n}: a word is letters only, got {written!r}")
         if kind == "unit" and len(rest) != 2:
             raise LexiconError(f"{path}:{n}: a unit is code<TAB>singular<TAB>plural, got {line!r}")
         out.setdefault(kind, []).append((written, rest, n))
@@ -116,4 +130,6 @@ def read_rules(language: str, own_file: Path | None = None) -> TextRules:
         letters={w.lower(): rest[0] for w, rest, _ in lines["letter"]},
         symbols={w: rest[0] for w, rest, _ in lines["symbol"]},
         currencies={w: rest[0] for w, rest, _ in lines["currency"]},
-        units={w: (rest[0], rest[1]) for w, rest, _ in lines["unit"]})
+        units={w: (rest[0], rest[1]) for w, rest, _ in lines["unit"]},
+        elisions={w[:-1].lower() + "'": tuple(rest[0].split()) for w, rest, _ in lines["elision"]},
+        words={w.lower(): tuple(rest[0].split()) for w, rest, _ in lines["word"]})
