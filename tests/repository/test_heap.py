@@ -53,6 +53,7 @@ class Engine:
     """What the answering stage reads of an engine: a character model of ARPAbet output."""
 
     name, src_tokenization, tgt_joiner, precision = "fake", "chars", " ", "fp32"
+    pad_id, bos_id, eos_id, unk_id = 0, 1, 2, 3
     tgt_vocab = ["<pad>", "<s>", "</s>", "<unk>", "AH0", "B", "N"]
     alphabet = set("abcdefghijklmnopqrstuvwxyz'")
     attention_modes = ("soft",)
