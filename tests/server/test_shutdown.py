@@ -2,6 +2,7 @@
 SIGTERM arriving a few milliseconds after a burst was sent (the lame duck: service/server.py)."""
 import asyncio
 import signal
+import socket
 import time
 import urllib.request
 
@@ -30,12 +31,26 @@ async def code_of(address: str) -> grpc.StatusCode:
 
 
 async def until_refused(address: str, timeout_s: float = 60) -> None:
-    """Until a new connection's call is refused: the server has stopped taking calls (a poll; the
-    deadline only bounds a hang)."""
+    """Until the port refuses a new connection: the server has stopped taking calls (a poll; the
+    deadline only bounds a hang). A call refused on a connection accepted while gRPC closes its
+    listener is not enough: gRPC core may accept one more, and cancel its call (CANCELLED), until the
+    listener is gone; from then on every new connection is refused, which a client hears as UNAVAILABLE."""
     deadline = time.monotonic() + timeout_s
-    while not (await asyncio.to_thread(health_of, address)).startswith("UNAVAILABLE"):
+    while not (await asyncio.to_thread(health_of, address)).startswith("UNAVAILABLE") or \
+            not await asyncio.to_thread(connection_refused, address):
         assert time.monotonic() < deadline, f"{address} still took new calls {timeout_s} s after SIGTERM"
         await asyncio.sleep(0.05)
+
+
+def connection_refused(address: str) -> bool:
+    host, port = address.rsplit(":", 1)
+    try:
+        socket.create_connection((host, int(port)), timeout=1).close()
+    except ConnectionRefusedError:
+        return True
+    except OSError:  # a timeout: the port is neither taking nor refusing connections yet
+        return False
+    return False
 
 
 # gRPC's backlog sheds calls it has held a second (--max-pending-age-s, CANCELLED): a burst on a busy
