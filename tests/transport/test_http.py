@@ -230,6 +230,8 @@ async def test_unknown_routes_and_wrong_methods_answer_the_protocols_json_error(
 async def test_metrics_on_the_same_port_count_http_calls(http):
     async with http.post("/v2/models/tiny/infer", json=_infer(["knight"])) as r:
         assert r.status == 200
+    async with http.post("/v2/models/no-such-model/infer", json=_infer(["knight"])) as r:
+        assert r.status == 404  # counted without a model name: labels stay bounded whatever clients send
     async with http.get("/metrics") as r:
         assert r.status == 200 and r.content_type == "text/plain"
         text = await r.text()
