@@ -17,8 +17,9 @@ MAX_BEAM_SIZE = 16
 ATTENTION_MODES = ("soft", "hard", "topk")
 MAX_TOP_K = 64
 
-# Where an answer came from: decoded by the model, or a given pronunciation forced through it.
-MODEL, LEXICON, OVERRIDE = "MODEL", "LEXICON", "OVERRIDE"
+# Where an answer came from: decoded by the model, a given pronunciation forced through it, or (running
+# text) a rule of the language's text rules, which the model does not score.
+MODEL, LEXICON, OVERRIDE, RULE = "MODEL", "LEXICON", "OVERRIDE", "RULE"
 
 
 @dataclass(frozen=True)

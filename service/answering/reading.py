@@ -24,7 +24,7 @@ from service.answering.alphabet import IPA, MODEL, to_ipa
 from service.answering.cache import Answer
 from service.answering.lexicon import Targets
 from service.answering.text import PUNCTUATION, Spoken, Token, joined, spoken_text
-from service.domain import LEXICON, OVERRIDE, Decoded, DecodeOptions, InvalidInput
+from service.domain import LEXICON, OVERRIDE, RULE, Decoded, DecodeOptions, InvalidInput
 
 RULE_CHOICE = "rule: the language's text rules give it (textdata)"
 EMPTY_CHOICE = "unread: answered with no symbol"
@@ -152,7 +152,7 @@ class SaidMemo:
             attn = np.zeros((len(word.said) + 1, len(word.text)), dtype=np.float32)
             attn[:, letters] = 1.0 / len(letters)
             hyp = Decoded(list(word.text), [self.tgt_vocab.index(t) for t in word.said], list(word.said), 0.0, attn,
-                          True, origin=LEXICON)
+                          True, origin=RULE)
             shown = replace(said_of(Answer([hyp], None), DecodeOptions(), ipa, self.joiner, self.tgt_vocab, True),
                             choice=RULE_CHOICE)
             if len(self._said) >= SAID_ENTRIES:

@@ -33,7 +33,8 @@ from service.client.connection import (DEFAULT_SERVER, add_connection_args, chec
 # Bulk conversion: inputs per Transduce call, and calls in flight at once (the server
 # batches concurrent calls together, so a few in flight keep its batches full).
 BULK_BATCH_SIZE, BULK_IN_FLIGHT = 64, 4
-ORIGIN_LABEL = {attnserve_pb2.ORIGIN_LEXICON: "lexicon", attnserve_pb2.ORIGIN_OVERRIDE: "override"}
+ORIGIN_LABEL = {attnserve_pb2.ORIGIN_LEXICON: "lexicon", attnserve_pb2.ORIGIN_OVERRIDE: "override",
+                attnserve_pb2.ORIGIN_RULE: "rule"}
 
 
 def _summary(input_text: str, result) -> Text:

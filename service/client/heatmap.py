@@ -53,7 +53,7 @@ def result_to_dict(input_text: str, result) -> dict:
     """
     out = {"input": input_text, "output_tokens": list(result.output_tokens), "output_text": result.output_text,
            "log_prob": result.log_prob, "score": result.score, "finished": result.finished,
-           "origin": ("MODEL", "LEXICON", "OVERRIDE")[result.origin], "attention": None,
+           "origin": ("MODEL", "LEXICON", "OVERRIDE", "RULE")[result.origin], "attention": None,
            "alternatives": [result_to_dict(input_text, alt) for alt in result.alternatives]}
     if result.HasField("attention"):
         m, att = attention_matrix(result), result.attention

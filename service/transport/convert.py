@@ -19,7 +19,8 @@ from service.domain import BadRequest, Decoded, DecodeOptions, UnknownModel
 
 EOS_LABEL = "</s>"
 ATTENTION_MODE_OF = {pb.ATTENTION_MODE_SOFT: "soft", pb.ATTENTION_MODE_HARD: "hard", pb.ATTENTION_MODE_TOP_K: "topk"}
-ORIGIN_OF = {"MODEL": pb.ORIGIN_MODEL, "LEXICON": pb.ORIGIN_LEXICON, "OVERRIDE": pb.ORIGIN_OVERRIDE}
+ORIGIN_OF = {"MODEL": pb.ORIGIN_MODEL, "LEXICON": pb.ORIGIN_LEXICON, "OVERRIDE": pb.ORIGIN_OVERRIDE,
+             "RULE": pb.ORIGIN_RULE}
 
 
 @dataclass(frozen=True)

@@ -46,12 +46,14 @@ async def test_a_french_elided_sentence_is_read_whole(stub):
         (w,) = t.words
         assert (t.start, t.end, w.start, w.end) == (start, end, start, end)  # the letters and the apostrophe
         assert w.result.output_text == said and w.choice == RULE_CHOICE
+        assert w.result.origin == pb.ORIGIN_RULE and w.result.log_prob == 0.0  # a rule's, not scored by the model
         # the attention is on the clitic's letters, none on its apostrophe
         weights = list(w.char_attention.weights)
         assert w.char_attention.cols == end - start and sum(weights[end - start - 1::end - start]) == 0
     hosts = [t for t in r.tokens if t.kind == pb.TOKEN_KIND_WORD and not t.text.endswith("'")]
     assert [t.text for t in hosts] == ["ai", "vu", "homme", "il", "aime", "est", "beau"]
     assert all(t.words[0].result.output_text and t.words[0].choice != RULE_CHOICE for t in hosts)
+    assert all(t.words[0].result.origin != pb.ORIGIN_RULE for t in hosts)
     assert r.pronunciation.startswith("ʒ ")
 
 
