@@ -171,12 +171,11 @@ SHAPE_CALLS = [
 
 @pytest.mark.parametrize("call", SHAPE_CALLS, ids=range(len(SHAPE_CALLS)))
 def test_the_output_shape_is_phonemizers(ph, call):
-    phonemizer = pytest.importorskip("phonemizer")
+    import phonemizer  # the dev extra's; `make system-deps` installs the espeak-ng it drives
     from phonemizer.backend import EspeakBackend
     from phonemizer.separator import Separator as TheirSeparator
 
-    if not EspeakBackend.is_available():
-        pytest.skip("espeak-ng is not installed (Debian's espeak-ng package)")
+    assert EspeakBackend.is_available(), "espeak-ng is missing: run `make system-deps` (Debian's espeak-ng)"
     call = dict(call)
     phone, word = call.pop("separator", ("", " "))
     theirs = phonemizer.phonemize(**call, separator=TheirSeparator(phone=phone, word=word))
