@@ -44,14 +44,19 @@ def add_connection_args(p: argparse.ArgumentParser) -> None:
 
 
 def open_channel(args) -> grpc.Channel:
-    """The one place the CLI makes its channel."""
-    creds = channel_credentials(args.tls_ca_file, args.tls_cert_file, args.tls_key_file, args.token)
+    """The CLI's channel, from its connection flags."""
+    return make_channel(args.server, args.tls_ca_file, args.tls_cert_file, args.tls_key_file, args.token)
+
+
+def make_channel(target: str, ca_file: str = "", cert_file: str = "", key_file: str = "", token: str = "") -> grpc.Channel:
+    """The one place a client (the CLI, phonemize()) makes its channel."""
+    creds = channel_credentials(ca_file, cert_file, key_file, token)
     # Round robin over every address the target resolves to, with health checks and retries on
     # UNAVAILABLE (service/client/balancing.py): `--server dns:///attnserve-headless...:50051` spreads calls.
     options = channel_options()
     if creds is None:
-        return grpc.insecure_channel(args.server, options=options)
-    return grpc.secure_channel(args.server, creds, options=options)
+        return grpc.insecure_channel(target, options=options)
+    return grpc.secure_channel(target, creds, options=options)
 
 
 def rpc_kwargs(args) -> dict:

@@ -28,9 +28,7 @@ import grpc
 from attnserve.v1 import attnserve_pb2 as pb
 from attnserve.v1 import attnserve_pb2_grpc as pbg
 from service.answering.alphabet import is_arpabet
-from service.client.balancing import channel_options
-from service.client.connection import DEFAULT_SERVER
-from service.transport.security import channel_credentials
+from service.client.connection import DEFAULT_SERVER, make_channel
 
 # phonemizer's Punctuation.default_marks(), so that the same lines keep the same marks.
 DEFAULT_MARKS = ';:,.!?¡¿—…"«»“”(){}[]'
@@ -180,10 +178,7 @@ def _check_arguments(backend, tie, separator, language_switch, words_mismatch, n
 @functools.lru_cache(maxsize=8)
 def _channel(target: str, token: str) -> grpc.Channel:
     """One channel per server (and token), kept: a pipeline calling once per utterance reuses it."""
-    creds = channel_credentials(token=token)
-    if creds is None:
-        return grpc.insecure_channel(target, options=channel_options())
-    return grpc.secure_channel(target, creds, options=channel_options())
+    return make_channel(target, token=token)
 
 
 def _stub(server: str | None) -> tuple[pbg.TransducerStub, str]:
