@@ -84,6 +84,9 @@ class FakeEngine:
     precision = "fp32"
     src_tokenization = "words"  # no compound splitting (service/answering/compound.py): one text, one source
     prosody = None  # no prosody memory (attnserve/bundle/prosody.py)
+    # What answering reads of a model's script (service/answering/answerer.py script_of): nothing to read here.
+    alphabet, pad_id, bos_id, eos_id, unk_id = frozenset(), 0, 1, 2, 3
+    normalize = staticmethod(str)
 
     def __init__(self, clock: Clock | None = None, call_s: float = 0.0, fail_on: str | None = None):
         self.batches: list[list[str]] = []
@@ -155,6 +158,8 @@ class StepEngine:
     precision = "fp32"
     src_tokenization = "words"  # as FakeEngine: no compound splitting
     prosody = None
+    alphabet, pad_id, bos_id, unk_id = frozenset(), 0, 1, 3  # as FakeEngine
+    normalize = staticmethod(str)
     tgt_vocab = [chr(i) for i in range(200)]  # output id i is the symbol chr(i)
     # The real engine's length limit and results, not copies that could drift from them.
     limit = Engine.limit

@@ -34,6 +34,14 @@ from service.scheduling.batcher import Batcher
 OPTIONS_ENTRIES = 1000  # distinct decode options kept as one object each (emptied whole when full)
 
 
+def script_of(engine: Engine) -> Script:
+    """What the model reads and says, as values: its source tokenization and alphabet, and its output
+    symbols but the specials (a text rule's pronunciation must be made of them)."""
+    specials = {engine.pad_id, engine.bos_id, engine.eos_id, engine.unk_id}
+    return Script(engine.src_tokenization == "chars", frozenset(engine.alphabet), engine.normalize, engine.tokenize,
+                  frozenset(s for i, s in enumerate(engine.tgt_vocab) if i not in specials))
+
+
 class Answerer:
     def __init__(self, engine: Engine, batcher: Batcher, cfg: AnswerConfig, metrics: ModelMetrics,
                  lexicon: Lexicon | None = None, text_rules: TextRules | None = None):
@@ -51,7 +59,7 @@ class Answerer:
         self.text_rules = text_rules or TextRules()
         self._options: dict[DecodeOptions, DecodeOptions] = {}
         self._reader = TextReader(self.text_rules)
-        self._script: Script | None = None  # what the model reads, as values: made at the first text
+        self._script = script_of(engine)  # what the model reads, as values
         self._said = SaidMemo(self.tgt_joiner, engine.tgt_vocab, cfg.lexicon)
 
     async def transduce(self, texts: list[str], options: DecodeOptions = GREEDY,
@@ -89,11 +97,6 @@ class Answerer:
             raise NotReady("model is not loaded yet")
         check_alphabet(alphabet, self.is_arpabet, self.engine.name)
         options = self.same_options(replace(options, n_best=1, beam_size=min(options.beam_size, 16)))
-        if self._script is None:
-            engine = self.engine
-            self._script = Script(engine.src_tokenization == "chars", frozenset(engine.alphabet), engine.normalize,
-                                  engine.tokenize, frozenset(engine.tgt_vocab) - {
-                engine.tgt_vocab[i] for i in (engine.pad_id, engine.bos_id, engine.eos_id, engine.unk_id)})
         known = KnownWords(self.lexicon, self.engine.tokenize) if self.cfg.lexicon else frozenset()
         read = [self._reader.read(t, self._script, known) for t in texts]
         keys = word_keys(read, options.allow_unknown, self.engine.tokenize)
