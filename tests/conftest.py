@@ -6,6 +6,7 @@ Serving tests import no torch: the fixtures they use read committed files (tests
 holds them to it). Only tiny_checkpoint and trained_bundle train, and import torch when they do."""
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 from pathlib import Path
@@ -73,13 +74,10 @@ def trained_bundle(tiny_checkpoint, tmp_path_factory) -> Path:
 async def module_server(server_setup):
     """The server a module's tests share (one per parameter of its server_setup); None where the
     module asks for a fresh server per test."""
-    from tests.live import serving
-
     if server_setup.per_test:
         yield None
         return
-    async with serving(server_setup.config) as s:
-        server_setup.prepare(s)
+    async with _serving(server_setup) as s:
         yield s
 
 
@@ -87,13 +85,20 @@ async def module_server(server_setup):
 async def server(server_setup, module_server):
     """A real server on loopback as the module's `server_setup` fixture describes it (a
     tests.live.ServerSetup): shared by the module's tests, or fresh for each test."""
-    from tests.live import serving
-
     if module_server is not None:
         yield module_server
         return
-    async with serving(server_setup.config) as s:
-        server_setup.prepare(s)
+    async with _serving(server_setup) as s:
+        yield s
+
+
+@contextlib.asynccontextmanager
+async def _serving(setup):
+    """A server as a tests.live.ServerSetup describes it, prepared."""
+    from tests.live import serving
+
+    async with serving(setup.config) as s:
+        setup.prepare(s)
         yield s
 
 
