@@ -308,7 +308,7 @@ class HttpFront:
             # Beyond Triton's fields (its clients ignore others): what the page picks a model by.
             return web.json_response([{"name": s.name, "version": s.version, "state": s.state, "reason": s.reason,
                                        "default": s.name == self.repository.default,
-                                       "language": language_name(self.repository.language_of(s.name))}
+                                       "language_name": language_name(self.repository.language_of(s.name))}
                                       for s in self.repository.index() if s.state == "READY" or not ready_only])
         return await self._answer("RepositoryIndex", work(), [""])
 

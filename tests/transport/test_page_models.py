@@ -112,7 +112,7 @@ def test_grpc_and_http_errors_name_the_models_that_read_it(served):
     with urllib.request.urlopen(urllib.request.Request(
             f"http://127.0.0.1:{served.server.metrics_port}/v2/repository/index", data=b"{}", method="POST")) as r:
         index = {m["name"]: m for m in json.loads(r.read())}
-    assert {n: (m["language"], m["default"]) for n, m in index.items()} == {
+    assert {n: (m["language_name"], m["default"]) for n, m in index.items()} == {
         "g2p-ady": ("Adyghe", False), "g2p-bul": ("Bulgarian", False), "g2p-en": ("English", True),
         "g2p-fra": ("French", False)}
 

@@ -47,10 +47,10 @@ async function loadModels() {
     const ready = index.filter((m) => m.state === "READY");
     // Each model by its language's name (the bundle's manifest), then its own name.
     select.replaceChildren(...ready.map((m) => {
-      const label = m.language ? `${m.language} \u2014 ${m.name}` : m.name;
+      const label = m.language_name ? `${m.language_name} \u2014 ${m.name}` : m.name;
       const option = new Option(`${label} (v${m.version})${m.default ? " (default)" : ""}`, m.name);
       option.dataset.version = m.version;
-      option.dataset.language = m.language || "";
+      option.dataset.language = m.language_name || "";
       return option;
     }));
     // The choice kept across reloads of the list; else the server's default model, what a request
