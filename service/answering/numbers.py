@@ -7,12 +7,14 @@ decades (1990s, '90s), clock times, and digit strings too long or zero-led to be
 """
 from __future__ import annotations
 
+import re
 from decimal import Decimal
 
 from num2words import CONVERTER_CLASSES, num2words
 
 from service.answering.textrules import TextRules
 
+SCALED_AND = re.compile(r"\band (?=(?:\S+ )*?(?:thousand|million|billion|trillion|quadrillion|quintillion)\b)")
 MAX_CARDINAL_DIGITS = 15  # longer digit strings (phone numbers, ids) are read digit by digit
 
 
@@ -24,7 +26,9 @@ def words(text: str) -> str:
 def cardinal(rules: TextRules, digits: str) -> str:
     if len(digits) > 1 and digits.startswith("0") or len(digits) > MAX_CARDINAL_DIGITS:
         return digit_by_digit(rules, digits)
-    return words(num2words(int(digits), lang=rules.num2words))
+    spoken = words(num2words(int(digits), lang=rules.num2words))
+    # English: "and" only in the last group (one hundred twenty-three thousand, four hundred and six)
+    return re.sub(SCALED_AND, "", spoken) if rules.english else spoken
 
 
 def digit_by_digit(rules: TextRules, digits: str) -> str:

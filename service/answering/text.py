@@ -22,7 +22,7 @@ import unicodedata
 from dataclasses import dataclass, field, replace
 from typing import Callable, Container
 
-from service.answering import numbers
+from service.answering import normalize, numbers
 from service.answering.textrules import TextRules
 
 WORD, NUMBER, ABBREVIATION, PUNCTUATION, SYMBOL = "word", "number", "abbreviation", "punctuation", "symbol"
@@ -146,9 +146,23 @@ class TextReader:
     def __init__(self, rules: TextRules):
         self.rules = rules
         self.scanner = _scanner(rules)
+        self.normalizer = normalize.for_rules(rules)
 
     def read(self, text: str, script: Script | None = None, known: Container[str] = frozenset()) -> list[Token]:
-        matches = list(self.scanner.finditer(text))
+        chunks = self.normalizer.chunks(text) if self.normalizer is not None else []
+        if chunks:  # the scanner reads between the chunks (normalize/), each chunk a token of its own
+            tokens, at = [], 0
+            for chunk in chunks:
+                tokens += self._read(text, at, chunk.start, known)
+                tokens += self._chunk(text, chunk)
+                at = chunk.end
+            tokens += self._read(text, at, len(text), known)
+        else:
+            tokens = self._read(text, 0, len(text), known)
+        return tokens if script is None else [self._checked(t, script) for t in tokens]
+
+    def _read(self, text: str, start: int, end: int, known: Container[str]) -> list[Token]:
+        matches = list(self.scanner.finditer(text, start, end))
         words = [m.group() for m in matches if m.lastgroup == "word"]
         shouting = False
         if len(words) >= 3:
@@ -162,7 +176,19 @@ class TextReader:
             else:
                 tokens += self._token(text, m, matches[i - 1] if i else None, matches[i + 1] if i < last else None,
                                       shouting, known)
-        return tokens if script is None else [self._checked(t, script) for t in tokens]
+        return tokens
+
+    def _chunk(self, text: str, chunk: normalize.Chunk) -> list[Token]:
+        written = text[chunk.start:chunk.end]
+        words: list[Spoken] = []
+        for w in chunk.words:
+            if w.text.isalpha() and w.text.isupper():  # PM, EST, WWW: shown as written, said letter by letter
+                words += [Spoken(s.text, w.start, w.end) for s in self._spelled(w.text, w.start)[1]]
+            else:
+                words.append(Spoken(w.text, w.start, w.end))
+        kind = NUMBER if any(c.isdigit() for c in written) else ABBREVIATION
+        token = Token(written, kind, chunk.start, chunk.end, normalize.shown(chunk.words), tuple(words))
+        return self._sentence_end(text, token)
 
     def _token(self, text: str, m: re.Match, before, after, shouting: bool, known: Container[str]) -> list[Token]:
         kind, start, end, written = m.lastgroup, m.start(), m.end(), m.group()
@@ -266,7 +292,7 @@ class TextReader:
             name = self.rules.letters.get(c.lower(), c.lower())
             words += [Spoken(w, start + i, start + i + 1, tuple([start + i] * len(w)) if w == c.lower() else None)
                       for w in name.split()]
-        return " ".join(w.text for w in words), tuple(words)
+        return letters, tuple(words)  # shown as written (USA), said letter by letter
 
     def _pronounceable(self, word: str) -> bool:
         """Whether an acronym the lexicon lacks reads as a word: four letters or more with a vowel,
