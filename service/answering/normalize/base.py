@@ -48,6 +48,7 @@ class Normalizer:
     without one of `trigger`'s characters has none (no rule is tried)."""
 
     trigger: re.Pattern = re.compile(r"\d")
+    needs: dict[str, re.Pattern] = {}  # class -> what a text must hold for its rules to be tried
 
     def __init__(self, rules: TextRules):
         self.rules = rules
@@ -59,7 +60,10 @@ class Normalizer:
         if not self.trigger.search(text):
             return []
         taken: list[Chunk] = []
+        needs = self.needs
         for pattern, read, cls in self.patterns():
+            if cls in needs and not needs[cls].search(text):  # a class's cheap look first
+                continue
             for m in pattern.finditer(text):
                 if any(m.start() < c.end and c.start < m.end() for c in taken):
                     continue

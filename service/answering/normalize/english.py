@@ -34,6 +34,13 @@ def _strip_and(spoken: str) -> str:
 class English(Normalizer):
     trigger = re.compile(rf"[\d@/{''.join(s[-1] for s in D.SIGNS)}]|www\.|\w\.(?:{'|'.join(D.TLDS)})\b|\b[IVXLC]{{2,}}\b|(?i:\b(?:{COUNTED})\s+[IVXLC]+\b)")
 
+    needs = {"electronic": re.compile(rf"[@/]|www\.|\w\.(?:{'|'.join(D.TLDS)})\b"),
+             "money": re.compile("|".join(re.escape(s) for s in D.SIGNS)),
+             "date": re.compile(rf"(?i:\b(?:{MONTH})\b)|\d[-/.]\d|\dQ\d"),
+             "time": re.compile(r"\d[:.]\d|\d ?[aApP]\.?[mM]"),
+             "roman": re.compile(rf"\b[IVXLC]{{2,}}\b|(?i:\b(?:{COUNTED})\b)"),
+             "range": re.compile(r"\d{4}s? ?[-–]"), "math": re.compile("="), "fraction": re.compile("/")}
+
     def __init__(self, rules):
         super().__init__(rules)
         self._patterns = self._compile()

@@ -14,18 +14,37 @@ MEASURE = re.compile(rf"(?:(?<![\w.,/-])-|(?<![\w.,/-]))(?:{NUMBER})(?:[ \t]?[-â
                      rf"(?:[ \t]?-?[ \t]?)(?P<unit>{UNIT})(?![\w%/])")
 
 
+# after a space, a word that is no unit: wetext is not asked (a unit written as a word, "metres", reads as written)
+WORDS = frozenset("a an and are as at be by do for from go he if in into is it me my no of on or our per so than "
+                  "that the then to up us was we with".split())
+ABBREVIATIONS = frozenset(("mbps", "kbps", "gbps", "kmph", "sqft", "msec", "usec"))
+
+
+def _unit_like(unit: str, spaced: bool) -> bool:
+    """Whether wetext may know `unit`: attached to its number (12kg), short and no common word, or signs."""
+    if not spaced or not unit.isalpha() or unit.lower() in ABBREVIATIONS:
+        return True
+    return len(unit) <= 3 and unit.lower() not in WORDS
+
+
 @lru_cache(maxsize=1)
 def _normalizer():
     from wetext import Normalizer
     return Normalizer(lang="en", operator="tn")
 
 
+@lru_cache(maxsize=4096)
+def _read(chunk: str) -> str:
+    return _normalizer().normalize(chunk)
+
+
 def measure(m: re.Match) -> str | None:
     """What wetext reads the chunk as, None where it left the unit as written (not a unit it knows)."""
     unit = m.group("unit")
-    if unit[0].isdigit() or unit.lower() in ("s", "st", "nd", "rd", "th", "am", "pm", "a", "i", "x"):
+    if unit.lower() in ("s", "st", "nd", "rd", "th", "am", "pm", "a", "i", "x") or \
+            not _unit_like(unit, m.string[m.start("unit") - 1].isspace()):
         return None
-    spoken = _normalizer().normalize(m.group())
+    spoken = _read(m.group())
     last = spoken.split()[-1] if spoken.split() else ""
     if not spoken or last == unit.lstrip("/") or any(c.isdigit() for c in spoken):
         return None
