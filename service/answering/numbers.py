@@ -40,7 +40,8 @@ def ordinal(rules: TextRules, digits: str) -> str:
 
 
 def year(rules: TextRules, digits: str) -> str:
-    return words(num2words(int(digits), lang=rules.num2words, to="year"))
+    spoken = words(num2words(int(digits), lang=rules.num2words, to="year"))
+    return spoken.replace(" and ", " ") if rules.english else spoken  # 2002: two thousand two
 
 
 def is_year(digits: str) -> bool:

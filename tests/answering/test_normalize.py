@@ -106,12 +106,18 @@ async def test_every_class_reads_as_written_by_hand(stub, model, cases):
 
 
 async def test_a_chunks_words_point_at_what_they_read(stub):
-    text = "Born Mar. 4, 1999, call 555-0199-2211."
+    text = "Born Mar. 4, 1999, call 212-555-0199 or Jo at 350 W 5th Ave."
     r = (await read(stub, [(text, "")], "g2p-en"))[0]
-    date = next(t for t in r.tokens if t.text.startswith("Mar."))
-    assert date.text == "Mar. 4, 1999" and date.kind == pb.TOKEN_KIND_NUMBER
-    by_word = {w.text: text[w.start:w.end] for w in date.words}
-    assert by_word["march"] == "Mar" and by_word["fourth"] == "4" and by_word["ninety"] == "1999"
+    tokens = {t.text: t for t in r.tokens}
+    date = tokens["Mar. 4"]
+    assert date.kind == pb.TOKEN_KIND_NUMBER
+    assert {w.text: text[w.start:w.end] for w in date.words} == {"March": "Mar", "fourth": "4"}
+    after = r.tokens[[t.text for t in r.tokens].index("Mar. 4") + 1]
+    assert after.text == "," and after.kind == pb.TOKEN_KIND_PUNCTUATION  # the date's comma stays in place
+    phone = tokens["212-555-0199"]
+    assert [text[w.start:w.end] for w in phone.words] == ["212"] * 3 + ["555"] * 3 + ["0199"] * 4
+    address = tokens["350 W 5th Ave"]
+    assert [(w.text, text[w.start:w.end]) for w in address.words][-3:] == [("West", "W"), ("fifth", "5th"), ("avenue", "Ave")]
     assert [t.text for t in r.tokens][-1] == "."  # the sentence's full stop stays punctuation
 
 

@@ -27,6 +27,11 @@ OPERATORS = {"-": "minus", "+": "plus", "×": "times", "*": "times", "/": "divid
 COUNTED = "chapter|part|volume|vol|book|act|scene|section|war|phase|level|round|episode|season|article|appendix"
 
 
+def _cased(word: str, written: str) -> str:
+    """A month's name capitalized where the text capitalizes it (Jan. -> January, jan -> january)."""
+    return word.capitalize() if written[:1].isupper() else word
+
+
 def _strip_and(spoken: str) -> str:
     return re.sub(r"\band\s+", "", spoken)
 
@@ -89,9 +94,9 @@ class English(Normalizer):
                         rf"|(?P<m>(?:{SIGN}){sep}?(?:{AMOUNT})(?:{sep}?(?:{SCALE})\b)?)"
                         rf"(?:{sep}?/{sep}?(?P<per>[A-Za-z]+)\b)?", i), self.money, "money"),
             (re.compile(rf"\b(?P<month>{MONTH})\.?(?:{sep}|-)(?P<day>[0-3]?\d)(?:st|nd|rd|th)?\b"
-                        rf"(?:,?(?:{sep}|-)(?P<year>\d{{4}}|(?:twenty|nineteen)(?:{sep}\w+)?)(?!\d))?"
+                        rf"(?:(?:{sep}|-)(?P<year>\d{{4}}|(?:twenty|nineteen)(?:{sep}\w+)?)(?!\d))?"
                         rf"|\b(?P<day2>[0-3]?\d)(?:st|nd|rd|th)?{sep}(?:of{sep})?(?P<month2>{MONTH})\.?\b"
-                        rf"(?:,?{sep}(?P<year2>\d{{4}})(?!\d))?"
+                        rf"(?:{sep}(?P<year2>\d{{4}})(?!\d))?"
                         rf"|\b(?P<month3>{MONTH})\.?{sep}(?P<year3>\d{{4}})\b"
                         r"|(?<![\w./-])(?P<y>\d{4})(?P<ys>[-/.])(?P<ym>[01]?\d)(?P=ys)(?P<yd>[0-3]?\d)(?![\w/.-]?\d)"
                         r"|(?<![\w./-])(?P<a>[0-3]?\d)(?P<as>[/.])(?P<b>[0-3]?\d)(?P=as)(?P<c>\d{4}|\d{2})(?![\w/.-]?\d)"
@@ -101,9 +106,11 @@ class English(Normalizer):
              self.years, "range"),
             (re.compile(rf"(?<![\w.,])(?P<n>\d{{1,5}}){sep}(?:(?P<dir>[NSEW]|North|South|East|West)\.?{sep})?"
                         rf"(?P<name>(?:\d+(?:st|nd|rd|th)|[A-Z][a-z]+)(?:{sep}[A-Z][a-z]+)*){sep}"
-                        rf"(?P<type>(?i:{'|'.join(D.STREETS)}))\b\.?"
-                        rf"(?:(?P<place>(?:,{sep}[A-Z][a-z]+(?:{sep}[A-Z][a-z]+)*)*),{sep}(?P<state>{'|'.join(D.STATES)})\b"
-                        rf"(?:,?{sep}(?P<zip>\d{{5}}(?:-\d{{4}})?))?)?(?!\w)"), self.address, "address"),
+                        rf"(?P<type>(?i:{'|'.join(D.STREETS)}))\b\.?(?!\w)"), self.address, "address"),
+            # a state after a place and a comma (Boise, ID), its ZIP code after it: each a chunk, the commas kept
+            (re.compile(rf"(?<=[a-z],{sep})(?P<state>{'|'.join(D.STATES)})\b(?=,?{sep}\d{{5}}\b|{sep}*(?:$|[.;!?]))"
+                        rf"|(?:(?<=[A-Z]{{2}}{sep})|(?<=[A-Z]{{2}},{sep}))(?P<zip>\d{{5}}(?:-\d{{4}})?)(?![\w-])"),
+             self.state, "address"),
             (re.compile(rf"(?<![\w.])-?(?:{NUM})(?:[ \t]?[-+×*/][ \t]?-?(?:{NUM}))*[ \t]?=[ \t]?-?(?:{NUM})(?![\w.])"),
              self.math, "math"),
             (re.compile(rf"(?<![\w.])\.(?P<frac>\d+)(?:[ \t](?P<scale>thousand|million|billion|trillion)\b)?"),
@@ -236,7 +243,7 @@ class English(Normalizer):
             if not 1 <= day <= 31:
                 return None
             day_words = said(self.ordinal(str(day)), m.start(dk), m.end(dk))
-            month_words = [Said(D.MONTHS[month - 1], m.start(mk), m.end(mk))]
+            month_words = [Said(_cased(D.MONTHS[month - 1], g[mk]), m.start(mk), m.end(mk))]
             if g["month"]:
                 out = month_words + day_words
             else:
@@ -247,7 +254,7 @@ class English(Normalizer):
                 out += said(self.year(g[yk]) if g[yk].isdigit() else g[yk], m.start(yk), m.end(yk))
             return out
         if g["month3"]:
-            return [Said(D.MONTHS[D.MONTH_FORMS[g["month3"].lower()] - 1], m.start("month3"), m.end("month3"))] + \
+            return [Said(_cased(D.MONTHS[D.MONTH_FORMS[g["month3"].lower()] - 1], g["month3"]), m.start("month3"), m.end("month3"))] + \
                 said(self.year(g["year3"]), m.start("year3"), m.end("year3"))
         if g["y"]:
             order = (("ym", "yd", "y"))
@@ -290,14 +297,15 @@ class English(Normalizer):
             word = w.group()
             out += said(self.ordinal(word[:-2]) if word[0].isdigit() else word, s, s + len(word))
         out.append(Said(D.STREETS[m.group("type").lower()], m.start("type"), m.end("type")))
-        if m.group("state"):
-            for w in re.finditer(r"[A-Za-z]+", m.group("place") or ""):
-                s = m.start("place") + w.start()
-                out.append(Said(w.group(), s, s + len(w.group())))
-            out += said(D.STATES[m.group("state")], m.start("state"), m.end("state"))
-            if m.group("zip"):
-                out += said(self.digits(m.group("zip").replace("-", "")), m.start("zip"), m.end("zip"))
         return out
+
+    def state(self, m: re.Match) -> list[Said] | None:
+        if m.group("state"):
+            return said(D.STATES[m.group("state")], m.start(), m.end())
+        before = re.search(r"([A-Z]{2}),?[ \t]$", m.string[:m.start()])
+        if before is None or before.group(1) not in D.STATES:
+            return None
+        return said(self.digits(m.group("zip").replace("-", "")), m.start(), m.end())
 
     def ordinal_rule(self, m: re.Match) -> list[Said] | None:
         n = int(m.group("n").replace(",", ""))

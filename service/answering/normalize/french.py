@@ -53,7 +53,7 @@ class French(Normalizer):
                         rf"|(?<![\w.@/])[a-z][\w-]*(?:\.[\w-]+)*\.(?:{'|'.join(TLDS)})\b"), self.url, "electronic"),
             (re.compile(r"(?<![\w+])(?:(?P<cc>\+33)[ .]?(?P<first>\d)|(?P<zero>0\d))(?P<rest>(?:[ .]?\d{2}){4})(?![\w.]?\d)"),
              self.telephone, "telephone"),
-            (re.compile(rf"(?<![\w.,/-])[0-3]?\d(?:(?:[/-]|{s}et{s}|,{s}?)[0-3]?\d)+(?={s}(?:{'|'.join(MONTHS)})\b)", re.I),
+            (re.compile(rf"(?<![\w.,/-])[0-3]?\d(?:(?:[/-]|{s}et{s})[0-3]?\d)+(?={s}(?:{'|'.join(MONTHS)})\b)", re.I),
              self.days, "date"),
             (re.compile(r"(?<![\w.,/-])(?P<d>[0-3]?\d)(?P<sep>[./-])(?P<m>[01]?\d)(?:(?P=sep)(?P<y>\d{4}|\d{2}))?(?![\w./,-]?\d)"),
              self.date, "date"),
