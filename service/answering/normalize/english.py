@@ -49,6 +49,7 @@ class English(Normalizer):
     def __init__(self, rules):
         super().__init__(rules)
         self._patterns = self._compile()
+        measures.load()  # wetext's FSTs read now, when the model loads, not on a text's first measure
 
     def patterns(self):
         return self._patterns

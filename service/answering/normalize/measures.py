@@ -33,9 +33,19 @@ def _normalizer():
     return Normalizer(lang="en", operator="tn")
 
 
+def load() -> None:
+    """Read wetext's English grammars (once a process; a fraction of a second)."""
+    _normalizer().normalize("1 kg")
+
+
 @lru_cache(maxsize=4096)
 def _read(chunk: str) -> str:
-    return _normalizer().normalize(chunk)
+    """wetext's reading, "" where its grammars find no path (kaldifst asserts on some odd input): the
+    chunk is then left to the scanner, as one whose unit wetext does not know."""
+    try:
+        return _normalizer().normalize(chunk)
+    except (AssertionError, RuntimeError):
+        return ""
 
 
 def measure(m: re.Match) -> str | None:
