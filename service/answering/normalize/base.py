@@ -39,6 +39,8 @@ def shown(words) -> str:
     return "".join(w.text + ("-" if w.hyphen else " ") for w in words).rstrip(" -")
 
 
+WORDS_REMEMBERED = 20000  # numbers' words a normalizer keeps (num2words is the costliest part of a chunk)
+
 # A rule: a pattern, and what a match is said as (None: the rule does not hold here after all).
 Rule = tuple[re.Pattern, Callable[[re.Match], "list[Said] | None"], str]
 
@@ -52,6 +54,17 @@ class Normalizer:
 
     def __init__(self, rules: TextRules):
         self.rules = rules
+        self._words: dict[tuple[str, str], str] = {}  # (how, digits) -> the words num2words said
+
+    def remember(self, how: str, digits: str, say: Callable[[str], str]) -> str:
+        """`say(digits)`, each (how, digits) asked of num2words once (emptied whole when full)."""
+        key = (how, digits)
+        spoken = self._words.get(key)
+        if spoken is None:
+            if len(self._words) >= WORDS_REMEMBERED:
+                self._words.clear()
+            spoken = self._words[key] = say(digits)
+        return spoken
 
     def patterns(self) -> Iterable[Rule]:
         return ()

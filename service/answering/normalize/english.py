@@ -40,8 +40,9 @@ class English(Normalizer):
     trigger = re.compile(rf"[\d@/{''.join(s[-1] for s in D.SIGNS)}]|www\.|\w\.(?:{'|'.join(D.TLDS)})\b|\b[IVXLC]{{2,}}\b|(?i:\b(?:{COUNTED})\s+[IVXLC]+\b)")
 
     needs = {"electronic": re.compile(rf"[@/]|www\.|\w\.(?:{'|'.join(D.TLDS)})\b"),
+             # every month's name starts with one of these (a cheaper look than the names themselves)
              "money": re.compile("|".join(re.escape(s) for s in D.SIGNS)),
-             "date": re.compile(rf"(?i:\b(?:{MONTH})\b)|\d[-/.]\d|\dQ\d"),
+             "date": re.compile(r"(?i:jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec)|\d[-/.]\d|\dQ\d"),
              "time": re.compile(r"\d[:.]\d|\d ?[aApP]\.?[mM]"),
              "roman": re.compile(rf"\b[IVXLC]{{2,}}\b|(?i:\b(?:{COUNTED})\b)"),
              "range": re.compile(r"\d{4}s? ?[-–]"), "math": re.compile("="), "fraction": re.compile("/")}
@@ -56,18 +57,18 @@ class English(Normalizer):
 
     # -- numbers -----------------------------------------------------------------------------------
     def card(self, digits: str) -> str:
-        return numbers.cardinal(self.rules, digits.replace(",", ""))
+        return self.remember("cardinal", digits.replace(",", ""), lambda d: numbers.cardinal(self.rules, d))
 
     def digits(self, digits: str) -> str:
-        return numbers.digit_by_digit(self.rules, digits)
+        return self.remember("digits", digits, lambda d: numbers.digit_by_digit(self.rules, d))
 
     def ordinal(self, digits: str) -> str:
-        return numbers.ordinal(self.rules, digits)
+        return self.remember("ordinal", digits, lambda d: numbers.ordinal(self.rules, d))
 
     def year(self, digits: str) -> str:
         if len(digits) == 2:  # '98, /05: the year's last two digits
             return self.digits(digits) if digits.startswith("0") else self.card(digits)
-        return _strip_and(numbers.year(self.rules, digits)) if numbers.is_year(digits) else self.card(digits)
+        return self.remember("year", digits, lambda d: numbers.year(self.rules, d)) if numbers.is_year(digits) else self.card(digits)
 
     def decimal(self, amount: str) -> str:
         integer, _, fraction = amount.replace(",", "").partition(".")

@@ -75,10 +75,10 @@ class French(Normalizer):
         return self._patterns
 
     def card(self, digits: str) -> str:
-        return numbers.cardinal(self.rules, re.sub(SPACE, "", digits))
+        return self.remember("cardinal", re.sub(SPACE, "", digits), lambda d: numbers.cardinal(self.rules, d))
 
     def digits(self, digits: str) -> str:
-        return numbers.digit_by_digit(self.rules, digits)
+        return self.remember("digits", digits, lambda d: numbers.digit_by_digit(self.rules, d))
 
     def number(self, written: str) -> str:
         """A written number: its integer, and the part after the comma read as numbers (zeros first)."""
