@@ -183,7 +183,7 @@ class TextReader:
         words: list[Spoken] = []
         for w in chunk.words:
             if w.text.isalpha() and w.text.isupper():  # PM, EST, WWW: shown as written, said letter by letter
-                words += [Spoken(s.text, w.start, w.end) for s in self._spelled(w.text, w.start)[1]]
+                words += [Spoken(s.text, w.start, w.end, None, s.said) for s in self._spelled(w.text, w.start)[1]]
             else:
                 words.append(Spoken(w.text, w.start, w.end))
         kind = NUMBER if any(c.isdigit() for c in written) else ABBREVIATION
@@ -290,8 +290,9 @@ class TextReader:
         words = []
         for i, c in enumerate(letters):
             name = self.rules.letters.get(c.lower(), c.lower())
-            words += [Spoken(w, start + i, start + i + 1, tuple([start + i] * len(w)) if w == c.lower() else None)
-                      for w in name.split()]
+            # a letter's name the language reads by rule (French `a`, which the model answers with nothing)
+            words += [Spoken(w, start + i, start + i + 1, tuple([start + i] * len(w)) if w == c.lower() else None,
+                             self.rules.words.get(w) if self.rules.words else None) for w in name.split()]
         return letters, tuple(words)  # shown as written (USA), said letter by letter
 
     def _pronounceable(self, word: str) -> bool:

@@ -31,6 +31,7 @@ ENGLISH = [  # (text, the words it is read as): every class
     ("Read Chapter XII of Henry VIII.", "read chapter twelve of henry the eighth"),  # roman numerals
     ("Dr. Who met the NTSB.", "doctor who met the NTSB"),  # abbreviations
     ("So 7 + 3 = 10.", "so seven plus three equals ten"),  # math
+    ("Rome fell in 476 AD.", "rome fell in four seventy six AD"),  # era
 ]
 
 FRENCH = [
@@ -47,6 +48,9 @@ FRENCH = [
     ("De 10-20 kg.", "de dix à vingt kilogrammes"),  # range
     ("Au XIXe siècle, Louis XIV régnait.", "au dix-neuvième siècle louis quatorze régnait"),  # roman numerals
     ("Mᵐᵉ Roux et M. Dupont.", "madame roux et monsieur dupont"),  # abbreviations
+    ("Au 12 bis rue Nationale, 69100 Villeurbanne.",
+     "au douze bis rue nationale soixante-neuf cent villeurbanne"),  # address: a postcode
+    ("Le vol AF447 en A330.", "le vol AF quatre cent quarante-sept en A trois cent trente"),  # serial
 ]
 
 

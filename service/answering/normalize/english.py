@@ -42,7 +42,7 @@ class English(Normalizer):
     needs = {"electronic": re.compile(rf"[@/]|www\.|\w\.(?:{'|'.join(D.TLDS)})\b"),
              # every month's name starts with one of these (a cheaper look than the names themselves)
              "money": re.compile("|".join(re.escape(s) for s in D.SIGNS)),
-             "date": re.compile(r"(?i:jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec)|\d[-/.]\d|\dQ\d"),
+             "date": re.compile(r"(?i:jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec)|\d[-/.]\d|\dQ\d|\d ?(?:A\.?D|B\.?C|C\.?E)"),
              "time": re.compile(r"\d[:.]\d|\d ?[aApP]\.?[mM]"),
              "roman": re.compile(rf"\b[IVXLC]{{2,}}\b|(?i:\b(?:{COUNTED})\b)"),
              "range": re.compile(r"\d{4}s? ?[-–]"), "math": re.compile("="), "fraction": re.compile("/")}
@@ -119,6 +119,7 @@ class English(Normalizer):
              self.point, "decimal"),
             (re.compile(r"#(?=\d)"), lambda m: [Said("number", m.start(), m.end())], "serial"),
             (re.compile(r"(?<![\w.])(?P<q>[1-4])Q(?P<y>\d{2}|\d{4})\b"), self.quarter, "date"),
+            (re.compile(r"(?<![\w.,])(?P<y>\d{1,4})[ \t]?(?P<era>A\.?D\.?|B\.?C\.?(?:E\.?)?|C\.?E\.?)(?!\w)"), self.era, "date"),
             (measures.MEASURE, self.measure, "measure"),
             (re.compile(r"(?<![\w.,/])(?P<n>\d{1,3}(?:,\d{3})+|\d+)(?P<suffix>st|nd|rd|th|ST|ND|RD|TH)(?!\w)"),
              self.ordinal_rule, "ordinal"),
@@ -366,6 +367,11 @@ class English(Normalizer):
     def quarter(self, m: re.Match) -> list[Said]:
         return said(f"the {self.ordinal(m.group('q'))} quarter", m.start("q"), m.end("q") + 1) + \
             [Said("of", m.end("q"), m.end("q") + 1)] + said(self.year(m.group("y")), m.start("y"), m.end("y"))
+
+    def era(self, m: re.Match) -> list[Said]:
+        """44 BC, 340 A.D: the year as a year (three forty), the era spelled."""
+        year = self.remember("year", m.group("y"), lambda d: numbers.year(self.rules, d))
+        return said(year, m.start("y"), m.end("y")) + [Said(m.group("era").replace(".", ""), m.start("era"), m.end("era"))]
 
     def point(self, m: re.Match) -> list[Said]:
         return said(f"point {self.digits(m.group('frac'))} {m.group('scale') or ''}", m.start(), m.end())

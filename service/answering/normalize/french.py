@@ -2,8 +2,8 @@
 read as a number: 24,1313 -> vingt-quatre virgule treize treize), fractions (un demi, deux tiers,
 trois quarts, cinq huitièmes), ordinals (1re, 1er, 21e, 1 000e), clock times (14h30), telephone
 numbers (in pairs), ranges (10-20 -> dix à vingt), measures with their units, e-mail addresses and
-URLs, roman numerals (le XIXe siècle, Louis XIV). Numbers are num2words's (numbers.py); amounts with
-a currency sign, abbreviations and elisions are the scanner's (text.py, textdata/fr.tsv).
+URLs, roman numerals (le XIXe siècle, Louis XIV), postcodes (75002 Paris), serials (A380). Numbers
+are num2words's (numbers.py); abbreviations and elisions are the scanner's (text.py, textdata/fr.tsv).
 """
 from __future__ import annotations
 
@@ -67,8 +67,10 @@ class French(Normalizer):
             (re.compile(rf"(?<![\w,.])(?P<neg>-)?(?P<n>{INTEGER}(?:,\d+)?){s}?(?!s\b)(?P<unit>{UNIT})(?:/(?P<per>{UNIT}))?(?![\w²³])"),
              self.measure, "measure"),
             (re.compile(rf"(?<![\w,.])(?P<neg>-)?(?P<int>{INTEGER}),(?P<frac>\d+)(?![\w,])"), self.decimal, "decimal"),
+            (re.compile(rf"(?<=,{s})(?P<cp>\d{{5}})(?={s}[A-Z])"), self.postcode, "address"),
             (re.compile(rf"\b(?P<r>{ROMAN})(?P<suffix>e|er|re|ème)\b|\b(?P<name>[A-Z][a-z]+){s}(?P<r2>(?=[IVX]{{2}})[IVX]+)\b"),
              self.roman, "roman"),
+            (re.compile(r"(?<![\w-])(?=[A-Za-z]*\d)(?=\d*[A-Za-z])[A-Za-z0-9]{2,}(?![\w-])"), self.serial, "serial"),
         ]
 
     def patterns(self):
@@ -202,6 +204,24 @@ class French(Normalizer):
     def decimal(self, m: re.Match) -> list[Said]:
         spoken = self.number(m.group("int") + "," + m.group("frac"))
         return said(("moins " if m.group("neg") else "") + spoken, m.start(), m.end())
+
+    def postcode(self, m: re.Match) -> list[Said]:
+        """75002 Paris: the département's number, then the rest (soixante-quinze zéro zéro deux)."""
+        code = m.group("cp")
+        rest = code[2:]
+        return said(self.card(code[:2]) if code[0] != "0" else self.digits(code[:2]), m.start(), m.start() + 2) + \
+            said(self.digits(rest) if rest.startswith("0") else self.card(rest), m.start() + 2, m.end())
+
+    def serial(self, m: re.Match) -> list[Said]:
+        """A380, B12, 4x4: letters spelled where alone or capitals, numbers of up to three digits as numbers."""
+        out = []
+        for p in re.finditer(r"\d+|[A-Za-z]+", m.group()):
+            s, e, piece = m.start() + p.start(), m.start() + p.end(), p.group()
+            if piece.isdigit():
+                out += said(self.card(piece) if len(piece) <= 3 and not piece.startswith("0") else self.digits(piece), s, e)
+            else:
+                out.append(Said(piece.upper() if len(piece) == 1 or piece.isupper() else piece, s, e))
+        return out
 
     def roman(self, m: re.Match) -> list[Said] | None:
         letters = m.group("r") or m.group("r2")
