@@ -11,7 +11,10 @@ abbreviations and titles (the language's data file, textrules.py), initials, acr
 read: the lexicon, then a rule), inner apostrophes (don't, Smith's) and hyphens (well-known: two
 words and the hyphen) are read in the model's language. An elided clitic the language's rules list (French j'ai, qu'il) is a
 token of its own, the letters and the apostrophe, read by the rule's pronunciation; the word it
-leans on is read as any word. Pure: no model, no I/O; what the model can
+leans on is read as any word. In English and French the language's normalizer (normalize/) first
+finds the chunks one class reads whole (a date, an amount, a telephone number, a URL): each is a
+token whose words point at the characters they read, and the scanner reads only between them, so a
+text with nothing to normalize reads as without it. Pure: no model, no I/O; what the model can
 read comes in as values (Script), and the words its lexicon has as a container of words.
 """
 from __future__ import annotations
@@ -151,23 +154,29 @@ class TextReader:
     def read(self, text: str, script: Script | None = None, known: Container[str] = frozenset()) -> list[Token]:
         chunks = self.normalizer.chunks(text) if self.normalizer is not None else []
         if chunks:  # the scanner reads between the chunks (normalize/), each chunk a token of its own
+            shouting = self._shouting(list(self.scanner.finditer(text)))  # the whole text's, as without chunks
             tokens, at = [], 0
             for chunk in chunks:
-                tokens += self._read(text, at, chunk.start, known)
+                tokens += self._read(text, at, chunk.start, known, shouting)
                 tokens += self._chunk(text, chunk)
                 at = chunk.end
-            tokens += self._read(text, at, len(text), known)
+            tokens += self._read(text, at, len(text), known, shouting)
         else:
             tokens = self._read(text, 0, len(text), known)
         return tokens if script is None else [self._checked(t, script) for t in tokens]
 
-    def _read(self, text: str, start: int, end: int, known: Container[str]) -> list[Token]:
-        matches = list(self.scanner.finditer(text, start, end))
+    @staticmethod
+    def _shouting(matches: list[re.Match]) -> bool:
         words = [m.group() for m in matches if m.lastgroup == "word"]
-        shouting = False
-        if len(words) >= 3:
-            letters = "".join(words)
-            shouting = sum(map(str.isupper, letters)) >= SHOUTING * sum(map(str.isalpha, letters))
+        if len(words) < 3:
+            return False
+        letters = "".join(words)
+        return sum(map(str.isupper, letters)) >= SHOUTING * sum(map(str.isalpha, letters))
+
+    def _read(self, text: str, start: int, end: int, known: Container[str], shouting: bool | None = None) -> list[Token]:
+        matches = list(self.scanner.finditer(text, start, end))
+        if shouting is None:
+            shouting = self._shouting(matches)
         tokens: list[Token] = []
         last = len(matches) - 1
         for i, m in enumerate(matches):
@@ -184,8 +193,9 @@ class TextReader:
         for w in chunk.words:
             if w.text.isalpha() and w.text.isupper():  # PM, EST, WWW: shown as written, said letter by letter
                 words += [Spoken(s.text, w.start, w.end, None, s.said) for s in self._spelled(w.text, w.start)[1]]
-            else:
-                words.append(Spoken(w.text, w.start, w.end))
+            else:  # a word read as written (Elm, Chapter) keeps its letters' places, for its attention
+                same = w.text == text[w.start:w.end]
+                words.append(Spoken(w.text, w.start, w.end, tuple(range(w.start, w.end)) if same else None))
         kind = NUMBER if any(c.isdigit() for c in written) else ABBREVIATION
         token = Token(written, kind, chunk.start, chunk.end, normalize.shown(chunk.words), tuple(words))
         return self._sentence_end(text, token)
