@@ -243,8 +243,8 @@ class English(Normalizer):
         if g["month"] or g["month2"]:
             mk, dk, yk = ("month", "day", "year") if g["month"] else ("month2", "day2", "year2")
             month, day = D.MONTH_FORMS[g[mk].lower()], int(g[dk])
-            if not 1 <= day <= 31:
-                return None
+            if not 1 <= day <= 31 or g[mk] in ("may", "march", "mar") and not g[yk]:
+                return None  # "you may 5", "march 3 miles": a lower-case verb is a month only before a year
             day_words = said(self.ordinal(str(day)), m.start(dk), m.end(dk))
             month_words = [Said(_cased(D.MONTHS[month - 1], g[mk]), m.start(mk), m.end(mk))]
             if g["month"]:
