@@ -129,3 +129,26 @@ async def test_a_text_without_anything_to_normalize_reads_as_the_scanner_reads_i
     r = (await read(stub, [("The cat sat on the mat.", "")], "g2p-en"))[0]
     assert [t.kind for t in r.tokens] == [pb.TOKEN_KIND_WORD] * 6 + [pb.TOKEN_KIND_PUNCTUATION]
     assert all(len(t.words) == 1 and t.words[0].start == t.start for t in r.tokens[:-1])
+
+
+def test_random_digits_and_signs_are_read_with_every_character_in_one_token():
+    """Strings of digits, signs, month names and unit letters (where the rules' patterns meet each
+    other): each reads without an error, its tokens cover it in order, each word inside its token."""
+    import random
+
+    from service.answering.text import TextReader
+    from service.answering.textrules import read_rules
+
+    pieces = list("0123456789") * 4 + list("abcXYZIVXLCM .,:;/-+@$€£¥₩%#&*=()'\"°kgmhs") + \
+        ["Jan ", "mai ", " St ", "www.", ".com", " am", "h", "e", "er", "th", " bis", ", CA "]
+    rng = random.Random(68)
+    readers = [TextReader(read_rules(language)) for language in ("eng", "fra")]
+    found = ["it was 06° out", "b;69-666&4°5mai 0,:₩0,Z(°1er'££ St"]  # wetext's grammars assert on 06°
+    for text in found + ["".join(rng.choice(pieces) for _ in range(rng.randint(1, 40))) for _ in range(600)]:
+        for reader in readers:
+            at = 0
+            for t in reader.read(text):
+                assert t.start >= at and text[at:t.start].strip() == "" and text[t.start:t.end] == t.text, (text, t)
+                assert all(t.start <= w.start < w.end <= t.end for w in t.words), (text, t)
+                at = t.end
+            assert text[at:].strip() == "", text
