@@ -120,6 +120,7 @@ class English(Normalizer):
             (re.compile(r"#(?=\d)"), lambda m: [Said("number", m.start(), m.end())], "serial"),
             (re.compile(r"(?<![\w.])(?P<q>[1-4])Q(?P<y>\d{2}|\d{4})\b"), self.quarter, "date"),
             (re.compile(r"(?<![\w.,])(?P<y>\d{1,4})[ \t]?(?P<era>A\.?D\.?|B\.?C\.?(?:E\.?)?|C\.?E\.?)(?!\w)"), self.era, "date"),
+            (re.compile(r"(?<![\w.])(?P<a>\d+(?:\.\d+)?)[ \t]?[x×][ \t]?(?P<b>\d+(?:\.\d+)?[ \t]?[A-Za-zµ°][\w°²³/]*)"), self.by, "measure"),
             (measures.MEASURE, self.measure, "measure"),
             (re.compile(r"(?<![\w.,/])(?P<n>\d{1,3}(?:,\d{3})+|\d+)(?P<suffix>st|nd|rd|th|ST|ND|RD|TH)(?!\w)"),
              self.ordinal_rule, "ordinal"),
@@ -278,6 +279,9 @@ class English(Normalizer):
             said(self.year(g[yk]), m.start(yk), m.end(yk))
 
     def years(self, m: re.Match) -> list[Said] | None:
+        unit = measures.MEASURE.match(m.string, m.start())
+        if unit is not None and measures.measure(unit):  # 1980-1970 kg: a range of a measure, not of years
+            return None
         y1, y2 = m.group("y1"), m.group("y2")
         if not numbers.is_year(y1) or len(y2) == 4 and not numbers.is_year(y2) or bool(m.group("s1")) != bool(m.group("s2")):
             return None
@@ -375,6 +379,15 @@ class English(Normalizer):
 
     def point(self, m: re.Match) -> list[Said]:
         return said(f"point {self.digits(m.group('frac'))} {m.group('scale') or ''}", m.start(), m.end())
+
+    def by(self, m: re.Match) -> list[Said] | None:
+        """2x8 m2: the first side, "by", then the second side with its unit as a measure."""
+        unit = measures.MEASURE.fullmatch(m.group("b"))
+        spoken = measures.measure(unit) if unit is not None else None
+        if not spoken:
+            return None
+        return said(self.decimal(m.group("a")), m.start("a"), m.end("a")) + [Said("by", m.end("a"), m.start("b"))] + \
+            said(spoken, m.start("b"), m.end("b"))
 
     def measure(self, m: re.Match) -> list[Said] | None:
         spoken = measures.measure(m)

@@ -55,6 +55,8 @@ def measure(m: re.Match) -> str | None:
             not _unit_like(unit, m.string[m.start("unit") - 1].isspace()):
         return None
     spoken = _read(m.group())
+    if unit == "m" or unit.startswith("m/"):  # wetext reads a lone m as minutes; a number's m is metres
+        spoken = re.sub(r"\bminute(s?)\b", r"meter\1", spoken, count=1)
     last = spoken.split()[-1] if spoken.split() else ""
     if not spoken or last == unit.lstrip("/") or any(c.isdigit() for c in spoken):
         return None
