@@ -204,7 +204,9 @@ class TextReader:
             code = rules.currencies.get(g.get("cur") or g.get("cur2") or "")
             spoken = (numbers.money(rules, code, integer, fraction) if code
                       else numbers.number(rules, integer, fraction, bool(g["negative"])))
-        token = Token(written, NUMBER, start, end, spoken, tuple(Spoken(w, start, end) for w in re.split(r"[\s\-]+", spoken) if w))
+        said = rules.words  # a number word read by a rule of the language (Romanian și)
+        token = Token(written, NUMBER, start, end, spoken,
+                      tuple(Spoken(w, start, end, said=said.get(w)) for w in re.split(r"[\s\-]+", spoken) if w))
         return self._sentence_end(text, token) if written.endswith(".") else [token]
 
     def _abbreviation(self, text: str, m: re.Match, before, after, known: Container[str]) -> list[Token]:
