@@ -20,7 +20,7 @@ import re
 import sys
 import unicodedata
 from dataclasses import dataclass, field, replace
-from typing import Callable, Container
+from typing import Callable, Container, Protocol
 
 from service.answering import numbers
 from service.answering.textrules import TextRules
@@ -79,7 +79,7 @@ NUMBER_GROUPS = frozenset(("camount", "cur", "camount2", "cur2", "hours", "minut
                            "negative", "number"))  # the scanner's groups a number's match may end in
 
 
-def _scanner(rules: TextRules) -> re.Pattern:
+def _scanner(rules: TextRules, own: str | None = None) -> re.Pattern:
     dec, thou = re.escape(rules.decimal), "[" + re.escape(rules.thousands) + "]"
     num = rf"\d{{1,3}}(?:{thou}\d{{3}})+(?!\d)(?:{dec}\d+)?|\d+(?:{dec}\d+)?"
     alternatives = []
@@ -98,6 +98,8 @@ def _scanner(rules: TextRules) -> re.Pattern:
     # look at the character first, so that at a letter (most positions) none of them is tried.
     starts = re.escape("".join(sorted({sign[0] for sign in rules.currencies})) + "'\u2019-\u2212")
     alternatives = [rf"(?=[\d{starts}])(?:" + "|".join(alternatives) + ")"]
+    if own is not None:  # a language's own reading (OwnReading) comes before every shared one
+        alternatives.insert(0, rf"(?P<own>{own})")
     if rules.abbreviations:
         forms = sorted(rules.abbreviations, key=len, reverse=True)
         # one lookbehind before the forms, not one per form: each form then fails on its first letter
@@ -138,14 +140,25 @@ class Script:
         return seen
 
 
+class OwnReading(Protocol):
+    """What a language reads its own way (service/answering/languages/): a pattern tried before the
+    shared ones at every position, and the tokens of a match of it, each traced to its characters."""
+
+    pattern: str  # a regular expression with no named groups
+
+    def tokens(self, text: str, match: re.Match) -> list[Token]: ...
+
+
 class TextReader:
     """Reads texts by one language's rules into tokens: read() is a function of the rules, the text,
     what the model reads (a Script; None: every character) and the words the lexicon has (an
-    acronym it has is read as a word). The scanner is the rules' own, compiled once."""
+    acronym it has is read as a word). The scanner is the rules' own, compiled once; a language's
+    own reading, if it has one, is tried first."""
 
-    def __init__(self, rules: TextRules):
+    def __init__(self, rules: TextRules, own: OwnReading | None = None):
         self.rules = rules
-        self.scanner = _scanner(rules)
+        self.own = own
+        self.scanner = _scanner(rules, own.pattern if own is not None else None)
 
     def read(self, text: str, script: Script | None = None, known: Container[str] = frozenset()) -> list[Token]:
         matches = list(self.scanner.finditer(text))
@@ -159,6 +172,8 @@ class TextReader:
         for i, m in enumerate(matches):
             if m.lastgroup == "word":  # most tokens: no neighbours needed
                 tokens += self._elided(m.group(), m.start(), shouting, known)
+            elif m.lastgroup == "own":
+                tokens += self.own.tokens(text, m)
             else:
                 tokens += self._token(text, m, matches[i - 1] if i else None, matches[i + 1] if i < last else None,
                                       shouting, known)

@@ -1,10 +1,19 @@
-"""Number words in the served languages num2words lacks, from CLDR (languages/spellout.py), and `%`
-and the decimal word in every language with number words; hand-written expected forms.
+"""Each served language's own text rules (service/answering/languages/, textdata/): Japanese katakana,
+particles and numbers with their counters, read as the hiragana model reads them; Korean native numbers
+before native counters; number words from CLDR where num2words has none; `%` in every language. Expected forms
+are written by hand; over a real server with the shipped models, spans cover each text, nothing dropped.
 """
 import pytest
 
+from attnserve.v1 import attnserve_pb2 as pb
+from service.answering.languages import ja
+from service.answering.languages.registry import reader
+from service.answering.reading import RULE_CHOICE
 from service.answering.text import TextReader, spoken_text
 from service.answering.textrules import read_rules
+from tests.answering.test_text import check_cover, check_punctuation_kept, read
+from tests.conftest import REPO
+from tests.live import ServerSetup, loopback_config
 
 try:
     import unicode_rbnf  # noqa: F401  (a base dependency: an install from before it reads as before)
@@ -12,10 +21,69 @@ try:
 except ImportError:
     CLDR = False
 needs_cldr = pytest.mark.skipif(not CLDR, reason="unicode-rbnf is not installed (pip install -e .)")
+needs_dictionary = pytest.mark.skipif(ja._tagger() is None, reason="the languages extra is not installed")
 
 
 def spoken(language: str, text: str) -> str:
-    return spoken_text(text, TextReader(read_rules(language)).read(text))
+    return spoken_text(text, reader(read_rules(language)).read(text))
+
+
+def test_katakana_reads_as_hiragana_one_character_each():
+    assert ja.hiragana("コーヒー") == "こうひい"  # a long o as おう, as hiragana spells it
+    assert ja.hiragana("ケーキ") == "けいき" and ja.hiragana("パーティー") == "ぱあてぃい"
+    assert ja.hiragana("ヴァイオリン") == "ゔぁいおりん" and ja.hiragana("ひらがな") == "ひらがな"
+    assert ja.hiragana("ーア") == "ーあ"  # a mark with no vowel before it stays (then flagged unread)
+
+
+@pytest.mark.parametrize("number,counter,said", [
+    (3, "本", "さんぼん"), (1, "本", "いっぽん"), (6, "本", "ろっぽん"), (10, "本", "じゅっぽん"), (2, "本", "にほん"),
+    (1, "人", "ひとり"), (2, "人", "ふたり"), (4, "人", "よにん"), (11, "人", "じゅういちにん"),
+    (3, "つ", "みっつ"), (9, "つ", "ここのつ"), (20, "日", "はつか"), (1, "日", "ついたち"), (14, "日", "じゅうよっか"),
+    (17, "日", "じゅうしちにち"), (4, "時", "よじ"), (9, "時", "くじ"), (4, "月", "しがつ"), (3, "分", "さんぷん"),
+    (5, "分", "ごふん"), (30, "分", "さんじゅっぷん"), (1, "個", "いっこ"), (6, "%", "ろっぱあせんと"), (4, "円", "よえん"),
+    (8, "歳", "はっさい"), (3, "階", "さんがい"), (2, "杯", "にはい"), (300, "本", "さんびゃっぽん"), (7, None, "なな"),
+])
+def test_japanese_numbers_with_their_counters(number, counter, said):
+    assert ja.counted(number, counter) == said
+
+
+def test_japanese_dates_times_yen_and_decimals():
+    assert spoken("jpn_hira", "2024年3月20日") == "にせんにじゅうよねん さんがつ はつか"
+    assert spoken("jpn_hira", "10:30に") == "じゅうじ さんじゅっぷん に"
+    assert spoken("jpn_hira", "¥500と1,000円と3万円") == "ごひゃくえん と せんえん と さんまんえん"
+    assert spoken("jpn_hira", "3.5%") == "さんてんごぱあせんと"
+    # a long number is a word per group of ten thousand, none longer than the model decodes
+    (token,) = reader(read_rules("jpn_hira")).read("123456789")
+    assert [w.text for w in token.words] == ["いちおく", "にせんさんびゃくよんじゅうごまん", "ろくせんななひゃくはちじゅうきゅう"]
+
+
+def test_japanese_without_the_dictionary_splits_by_script():
+    """Without the languages extra: katakana and kana read, は へ after kanji or katakana and を
+    anywhere are particles, kanji unread (flagged by the model's alphabet), every character kept."""
+    plain = TextReader(read_rules("jpn_hira"), ja.Japanese(dictionary=False))
+    tokens = plain.read("私は東京へペンを3本。はなはきれい")
+    assert [(t.text, t.spoken) for t in tokens] == [
+        ("私", "私"), ("は", "わ"), ("東京", "東京"), ("へ", "え"), ("ペン", "ぺん"), ("を", "お"), ("3本", "さんぼん"),
+        ("。", ""), ("はなはきれい", "はなはきれい")]  # no dictionary: はな's は cannot be told from a particle
+    (particle,) = tokens[1].words
+    assert (particle.text, particle.letters) == ("わ", (1,))
+    assert tokens[4].words[0].letters == (5, 6)
+
+
+@needs_dictionary
+def test_japanese_with_the_dictionary_reads_kanji_and_finds_particles():
+    tokens = reader(read_rules("jpn_hira")).read("今日は東京へ行きます。はなはきれい")
+    assert [(t.text, t.spoken) for t in tokens] == [
+        ("今日", "きょう"), ("は", "わ"), ("東京", "とうきょう"), ("へ", "え"), ("行き", "いき"), ("ます", "ます"), ("。", ""),
+        ("はな", "はな"), ("は", "わ"), ("きれい", "きれい")]
+    assert tokens[0].words[0].letters is None  # a kanji word reads its whole span
+
+
+@needs_cldr
+def test_korean_native_numbers_before_native_counters():
+    assert spoken("kor", "사과 3개, 학생 2명, 고양이 20마리, 1살") == "사과 세 개, 학생 두 명, 고양이 스무 마리, 한 살"
+    assert spoken("kor", "3시 30분, 10:05, 2시간") == "세 시 삼십 분, 열 시 오 분, 두 시간"
+    assert spoken("kor", "3분 5% 2024년 123개") == "삼 분 오 퍼센트 이천이십사 년 백이십삼 개"
 
 
 @needs_cldr
@@ -32,7 +100,7 @@ def test_numbers_from_cldr_where_num2words_has_none(language, text, said):
 
 
 def test_adyghe_numbers_stay_unread_and_flagged():
-    (token,) = TextReader(read_rules("ady")).read("21")
+    (token,) = reader(read_rules("ady")).read("21")
     assert token.unread == (0, 1) and not token.words
 
 
@@ -48,3 +116,63 @@ def test_romanian_si_in_a_number_is_read_by_its_rule():
     """și has a letter g2p-ron was never trained on: the number word is said by the rule (ʃ i)."""
     (token,) = TextReader(read_rules("rum")).read("21")
     assert [(w.text, w.said) for w in token.words] == [("douăzeci", None), ("și", ("ʃ", "i")), ("unu", None)]
+
+
+@pytest.fixture(scope="module")
+def repository(tmp_path_factory):
+    root = tmp_path_factory.mktemp("language-models")
+    for name in ("g2p-en", "g2p-jpn-hira", "g2p-kor", "g2p-ron"):
+        (root / name).mkdir()
+        (root / name / "1").symlink_to(REPO / "models" / name / "1")
+    return root
+
+
+@pytest.fixture(scope="module")
+def server_setup(repository):
+    return ServerSetup(loopback_config(model_repository=repository, default_model="g2p-en",
+                                       server={"metrics_port": 0}, answering={"cache_entries": 1000}))
+
+
+def check_read_whole(text: str, r) -> None:
+    check_cover(text, r)
+    check_punctuation_kept(text, r)
+    assert r.complete and not [t.text for t in r.tokens if t.unread], text
+
+
+async def test_a_japanese_sentence_with_katakana_and_a_number(stub):
+    text = "ペンを3本ください。"
+    r = (await read(stub, text, model="g2p-jpn-hira"))[0]
+    check_read_whole(text, r)
+    assert [(t.text, t.spoken) for t in r.tokens] == [("ペン", "ぺん"), ("を", "お"), ("3本", "さんぼん"),
+                                                      ("ください", "ください"), ("。", "")]
+    pen, wo, hon = (t.words[0] for t in r.tokens[:3])
+    assert pen.result.output_text == "p ẽ̞ ɴ"
+    assert wo.result.output_text == "o̞" and wo.choice == RULE_CHOICE  # the particle, said by its rule
+    assert hon.result.output_text == "s ã̠ m b õ̞ ɴ"  # さんぼん, its n before b said m
+    assert (hon.start, hon.end) == (3, 5)  # the number and its counter
+
+
+@needs_dictionary
+async def test_japanese_kanji_and_the_particle_wa_over_the_server(stub):
+    text = "今日は東京へ行きます。"
+    r = (await read(stub, text, model="g2p-jpn-hira"))[0]
+    check_read_whole(text, r)
+    wa = next(t for t in r.tokens if t.text == "は")
+    assert wa.spoken == "わ" and wa.words[0].result.output_text == "ɰᵝ a̠"
+
+
+@needs_cldr
+async def test_korean_native_counters_over_the_server(stub):
+    text = "사과 3개와 학생 2명이 10:30에 왔어요."
+    r = (await read(stub, text, model="g2p-kor"))[0]
+    check_read_whole(text, r)
+    assert [t.spoken for t in r.tokens if t.kind == pb.TOKEN_KIND_NUMBER] == ["세", "두", "열 시 삼십 분"]
+
+
+async def test_romanian_si_numbers_and_percent_over_the_server(stub):
+    text = "Am 21 de câini și 5% mai mult."
+    r = (await read(stub, text, model="g2p-ron"))[0]
+    check_read_whole(text, r)
+    assert " ".join(t.spoken for t in r.tokens if t.words) == "Am douăzeci și unu de câini și cinci la sută mai mult"
+    si = [w for t in r.tokens for w in t.words if w.result.output_text == "ʃ i"]
+    assert len(si) == 2 and all(w.choice == RULE_CHOICE for w in si)
