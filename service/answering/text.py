@@ -177,7 +177,11 @@ class TextReader:
             else:
                 tokens += self._token(text, m, matches[i - 1] if i else None, matches[i + 1] if i < last else None,
                                       shouting, known)
-        return tokens if script is None else [self._checked(t, script) for t in tokens]
+        if script is None:
+            return tokens
+        if self.rules.spellings:
+            tokens = [self._respelled(t, script) for t in tokens]
+        return [self._checked(t, script) for t in tokens]
 
     def _token(self, text: str, m: re.Match, before, after, shouting: bool, known: Container[str]) -> list[Token]:
         kind, start, end, written = m.lastgroup, m.start(), m.end(), m.group()
@@ -296,6 +300,24 @@ class TextReader:
         runs = re.findall(r"[^aeiouy]+", w)
         onset = re.match(r"[^aeiou]*", w).group()
         return all(len(r) < 3 for r in runs) and (len(onset) <= 1 or onset in ONSETS)
+
+    def _respelled(self, token: Token, script: Script) -> Token:
+        """Each letter the model lacks that the language's spelling lines map (Greek ς, which the task's
+        words write σ) read as the letters they give, each traced to the letter it stands for; the
+        upper-case letter too, which lower-casing would turn back into the letter the model lacks."""
+        table = {k: v for c, v in self.rules.spellings.items() if c not in script.alphabet for k in {c, c.upper()}}
+        if not table or not any(c in table for w in token.words if w.said is None for c in w.text):
+            return token
+        words = []
+        for w in token.words:
+            if w.said is not None or not any(c in table for c in w.text):
+                words.append(w)
+                continue
+            text = "".join(table.get(c, c) for c in w.text)
+            letters = None if w.letters is None else tuple(
+                i for c, i in zip(w.text, w.letters) for _ in range(len(table.get(c, c))))
+            words.append(replace(w, text=text, letters=letters))
+        return replace(token, words=tuple(words))
 
     @staticmethod
     def _checked(token: Token, script: Script) -> Token:

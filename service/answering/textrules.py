@@ -12,7 +12,8 @@ the model cannot be trusted: `elision` (French j' l' qu', Italian l'), a clitic 
 and an apostrophe, read as a word of its own before the word it leans on, which is read as any word
 is; `word`, a word the lexicon lacks whose reading is a rule of the language (French `a`, the verb,
 is /a/). A model whose output symbols lack one of them reads that word as written, as it would
-without the rule (text.py).
+without the rule (text.py). A `spelling` maps a letter the language writes to the letters its models
+were trained on (Greek's final ς as σ), for a model that lacks the letter (text.py).
 """
 from __future__ import annotations
 
@@ -67,6 +68,7 @@ class TextRules:
     units: dict[str, tuple[str, str]] = field(default_factory=dict)  # code -> (singular, plural)
     elisions: dict[str, tuple[str, ...]] = field(default_factory=dict)  # "qu'" (lower case) -> its symbols
     words: dict[str, tuple[str, ...]] = field(default_factory=dict)  # "a" (lower case) -> its symbols
+    spellings: dict[str, str] = field(default_factory=dict)  # "ς" -> "σ": a letter -> the letters the model reads
 
     @property
     def english(self) -> bool:
@@ -99,6 +101,8 @@ def _parse(path: Path) -> dict[str, list[tuple[str, tuple[str, ...], int]]]:
             raise LexiconError(f"{path}:{n}: {kind} {written!r} is not one of {MARKS if kind == 'mark' else TIMES}")
         if kind == "elision" and not (len(written) >= 2 and written[-1] in APOSTROPHES and written[:-1].isalpha()):
             raise LexiconError(f"{path}:{n}: an elision is letters then an apostrophe, got {written!r}")
+        if kind == "spelling" and not (len(written) == 1 and written.isalpha() and rest[0].isalpha()):
+            raise LexiconError(f"{path}:{n}: a spelling is one letter<TAB>the letters the model reads, got {line!r}")
         if kind == "word" and not written.isalpha():
             raise LexiconError(f"{path}:{n}: a word is letters only, got {written!r}")
         if kind == "unit" and len(rest) != 2:
@@ -140,4 +144,5 @@ def read_rules(language: str, own_file: Path | None = None) -> TextRules:
         currencies={w: rest[0] for w, rest, _ in lines["currency"]},
         units={w: (rest[0], rest[1]) for w, rest, _ in lines["unit"]},
         elisions={w[:-1].lower() + "'": tuple(rest[0].split()) for w, rest, _ in lines["elision"]},
-        words={w.lower(): tuple(rest[0].split()) for w, rest, _ in lines["word"]})
+        words={w.lower(): tuple(rest[0].split()) for w, rest, _ in lines["word"]},
+        spellings={w: rest[0] for w, rest, _ in lines["spelling"]})

@@ -1,6 +1,7 @@
 """Each served language's own text rules (service/answering/languages/, textdata/): Japanese katakana,
 particles and numbers with their counters, read as the hiragana model reads them; Korean native numbers
-before native counters; number words from CLDR where num2words has none; `%` in every language. Expected forms
+before native counters; number words from CLDR where num2words has none; `%` in every language; the
+letters a model was trained without read as those it was trained on (Greek ς as σ). Expected forms
 are written by hand; over a real server with the shipped models, spans cover each text, nothing dropped.
 """
 import pytest
@@ -9,8 +10,9 @@ from attnserve.v1 import attnserve_pb2 as pb
 from service.answering.languages import ja
 from service.answering.languages.registry import reader
 from service.answering.reading import RULE_CHOICE
-from service.answering.text import TextReader, spoken_text
+from service.answering.text import Script, TextReader, spoken_text
 from service.answering.textrules import read_rules
+from service.domain import LexiconError
 from tests.answering.test_text import check_cover, check_punctuation_kept, read
 from tests.conftest import REPO
 from tests.live import ServerSetup, loopback_config
@@ -118,10 +120,32 @@ def test_romanian_si_in_a_number_is_read_by_its_rule():
     assert [(w.text, w.said) for w in token.words] == [("douăzeci", None), ("și", ("ʃ", "i")), ("unu", None)]
 
 
+def test_a_spelling_line_is_one_letter_to_letters(tmp_path):
+    own = tmp_path / "text.tsv"
+    own.write_text("spelling\tςσ\tσ\n", encoding="utf-8")
+    with pytest.raises(LexiconError, match="a spelling is one letter"):
+        read_rules("gre", own)
+
+
+def test_letters_the_model_lacks_are_read_as_its_spelling():
+    alphabet = frozenset("αβγδεζηθικλμνξοπρστυφχψωάέήίόύώ")
+    script = Script(True, alphabet, str.lower, list)
+    tokens = TextReader(read_rules("gre")).read("γάτες", script) + TextReader(read_rules("gre")).read(
+        "ΟΙ ΓΆΤΕΣ ΤΗΣ", script)  # shouted: its capitals are words, and lower-casing would make Σ ς again
+    assert [(w.text, w.letters) for t in tokens for w in t.words] == [
+        ("γάτεσ", (0, 1, 2, 3, 4)), ("ΟΙ", (0, 1)), ("ΓΆΤΕσ", (3, 4, 5, 6, 7)), ("ΤΗσ", (9, 10, 11))]
+    assert not any(t.unread for t in tokens)
+    with_sigma = Script(True, alphabet | {"ς"}, str.lower, list)  # a model that reads ς keeps it
+    assert TextReader(read_rules("gre")).read("γάτες", with_sigma)[0].words[0].text == "γάτες"
+    hy = Script(True, frozenset("եւրվան"), str.lower, list)
+    (word,) = TextReader(read_rules("arm_e")).read("երևան", hy)[0].words
+    assert (word.text, word.letters) == ("երեւան", (0, 1, 2, 2, 3, 4))  # և's two letters both trace to it
+
+
 @pytest.fixture(scope="module")
 def repository(tmp_path_factory):
     root = tmp_path_factory.mktemp("language-models")
-    for name in ("g2p-en", "g2p-jpn-hira", "g2p-kor", "g2p-ron"):
+    for name in ("g2p-en", "g2p-jpn-hira", "g2p-kor", "g2p-ron", "g2p-ell", "g2p-ita"):
         (root / name).mkdir()
         (root / name / "1").symlink_to(REPO / "models" / name / "1")
     return root
@@ -176,3 +200,22 @@ async def test_romanian_si_numbers_and_percent_over_the_server(stub):
     assert " ".join(t.spoken for t in r.tokens if t.words) == "Am douăzeci și unu de câini și cinci la sută mai mult"
     si = [w for t in r.tokens for w in t.words if w.result.output_text == "ʃ i"]
     assert len(si) == 2 and all(w.choice == RULE_CHOICE for w in si)
+
+
+@needs_cldr
+async def test_greek_final_sigma_numbers_and_time_over_the_server(stub):
+    text = "Οι 21 γάτες της, 5% και 10:30."
+    r = (await read(stub, text, model="g2p-ell"))[0]
+    check_read_whole(text, r)
+    assert [t.spoken for t in r.tokens if t.words] == ["Οι", "είκοσι ένα", "γάτες", "της", "πέντε", "τοις εκατό", "και",
+                                                       "δέκα τριάντα"]
+    tis = next(t for t in r.tokens if t.text == "της").words[0]
+    assert tis.result.output_text.endswith("s")  # ς read as the σ the model was trained on
+
+
+async def test_italian_e_is_the_verb(stub):
+    text = "È vero, il caffè è buono."
+    r = (await read(stub, text, model="g2p-ita"))[0]
+    check_read_whole(text, r)
+    verbs = [t.words[0] for t in r.tokens if t.text in ("È", "è")]
+    assert [w.result.output_text for w in verbs] == ["ɛ", "ɛ"] and all(w.choice == RULE_CHOICE for w in verbs)
