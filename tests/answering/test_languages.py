@@ -7,7 +7,7 @@ are written by hand; over a real server with the shipped models, spans cover eac
 import pytest
 
 from attnserve.v1 import attnserve_pb2 as pb
-from service.answering.languages import ja
+from service.answering.languages import dates, ja
 from service.answering.languages.registry import reader
 from service.answering.reading import RULE_CHOICE
 from service.answering.text import Script, TextReader, spoken_text
@@ -24,6 +24,7 @@ except ImportError:
     CLDR = False
 needs_cldr = pytest.mark.skipif(not CLDR, reason="unicode-rbnf is not installed (pip install -e .)")
 needs_dictionary = pytest.mark.skipif(ja._tagger() is None, reason="the languages extra is not installed")
+needs_babel = pytest.mark.skipif(dates.get_date_format is None, reason="the languages extra is not installed")
 
 
 def spoken(language: str, text: str) -> str:
@@ -86,6 +87,25 @@ def test_korean_native_numbers_before_native_counters():
     assert spoken("kor", "사과 3개, 학생 2명, 고양이 20마리, 1살") == "사과 세 개, 학생 두 명, 고양이 스무 마리, 한 살"
     assert spoken("kor", "3시 30분, 10:05, 2시간") == "세 시 삼십 분, 열 시 오 분, 두 시간"
     assert spoken("kor", "3분 5% 2024년 123개") == "삼 분 오 퍼센트 이천이십사 년 백이십삼 개"
+
+
+def test_korean_money_and_the_months_said_short():
+    assert spoken("kor", "₩5,000과 $5.50, $1") == "오천 원 과 오 달러 오십 센트, 일 달러"
+    assert spoken("kor", "6월 10월 16월 3월") == "유 월 시 월 십육 월 삼 월"
+
+
+@needs_babel
+@pytest.mark.parametrize("language,text,said", [
+    ("rum", "05.03.2024, 2021-12-01", "cinci martie două mii douăzeci și patru, unu decembrie două mii douăzeci și unu"),
+    ("gre", "5/3/2024", "πέντε Μαρτίου δύο χίλιάδες είκοσι τέσσερα"),  # the month as a date writes it: genitive
+    ("hun", "2024. 03. 05.", "kétezer-huszonnégy március öt."),  # year first; the last full stop is punctuation
+    ("vie_hanoi", "5/3/2024", "năm tháng ba hai nghìn lẻ hai mươi bốn"),
+    ("dut", "05-03-2024", "vijf maart tweeduizendvierentwintig"),
+    ("ita", "31/12/1999 e 45/12/1999", "trentuno dicembre millenovecentonovantanove e quarantacinque/dodici/"
+                                       "millenovecentonovantanove"),  # no 45th: not a date
+])
+def test_numeric_dates_in_the_language_order_with_its_month_names(language, text, said):
+    assert spoken(language, text) == said
 
 
 @needs_cldr
@@ -187,10 +207,19 @@ async def test_japanese_kanji_and_the_particle_wa_over_the_server(stub):
 
 @needs_cldr
 async def test_korean_native_counters_over_the_server(stub):
-    text = "사과 3개와 학생 2명이 10:30에 왔어요."
+    text = "사과 3개와 학생 2명이 10:30에 ₩5,000을 냈어요."
     r = (await read(stub, text, model="g2p-kor"))[0]
     check_read_whole(text, r)
-    assert [t.spoken for t in r.tokens if t.kind == pb.TOKEN_KIND_NUMBER] == ["세", "두", "열 시 삼십 분"]
+    assert [t.spoken for t in r.tokens if t.kind == pb.TOKEN_KIND_NUMBER] == ["세", "두", "열 시 삼십 분", "오천 원"]
+
+
+@needs_babel
+async def test_a_romanian_date_and_time_over_the_server(stub):
+    text = "Pe 05.03.2024 la 10:30."
+    r = (await read(stub, text, model="g2p-ron"))[0]
+    check_read_whole(text, r)
+    assert [t.spoken for t in r.tokens if t.kind == pb.TOKEN_KIND_NUMBER] == [
+        "cinci martie două mii douăzeci și patru", "zece treizeci"]
 
 
 async def test_romanian_si_numbers_and_percent_over_the_server(stub):

@@ -2,10 +2,13 @@
 rules with it: the one place the answerer gets a TextReader from."""
 from __future__ import annotations
 
+from service.answering.languages.dates import Dates
 from service.answering.languages.ja import Japanese
 from service.answering.languages.ko import Korean
 from service.answering.text import OwnReading, TextReader
 from service.answering.textrules import TextRules, base_language
+
+SHARED = ("en", "fr")  # languages whose dates the shared reader reads (text.py)
 
 
 def own_reading(rules: TextRules) -> OwnReading | None:
@@ -14,7 +17,9 @@ def own_reading(rules: TextRules) -> OwnReading | None:
         return Japanese()
     if base in ("ko", "kor"):
         return Korean(rules)
-    return None
+    if rules.num2words in SHARED:
+        return None
+    return Dates.of(rules)
 
 
 def reader(rules: TextRules) -> TextReader:
