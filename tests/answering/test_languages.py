@@ -55,6 +55,8 @@ def test_japanese_dates_times_yen_and_decimals():
     assert spoken("jpn_hira", "10:30に") == "じゅうじ さんじゅっぷん に"
     assert spoken("jpn_hira", "¥500と1,000円と3万円") == "ごひゃくえん と せんえん と さんまんえん"
     assert spoken("jpn_hira", "3.5%") == "さんてんごぱあせんと"
+    assert spoken("jpn_hira", "３本、１２３，４５６円、-5度、5-3") == (  # full-width digits and marks; a minus
+        "さんぼん、じゅうにまん さんぜんよんひゃくごじゅうろくえん、まいなす ごど、ご-さん")
     # a long number is a word per group of ten thousand, none longer than the model decodes
     (token,) = reader(read_rules("jpn_hira")).read("123456789")
     assert [w.text for w in token.words] == ["いちおく", "にせんさんびゃくよんじゅうごまん", "ろくせんななひゃくはちじゅうきゅう"]
@@ -111,6 +113,7 @@ def test_numeric_dates_in_the_language_order_with_its_month_names(language, text
 @needs_cldr
 @pytest.mark.parametrize("language,text,said", [
     ("bul", "21 и 5%", "двайсет и едно и пет процента"),
+    ("bul", "5 лв. и 3,50 лв", "пет лева и три лева петдесет"),
     ("gre", "21 και 5%", "είκοσι ένα και πέντε τοις εκατό"),
     ("arm_e", "21 5%", "քսանմեկ հինգ տոկոս"),
     ("geo", "21 5%", "ოცდაერთი ხუთი პროცენტი"),
@@ -233,11 +236,11 @@ async def test_romanian_si_numbers_and_percent_over_the_server(stub):
 
 @needs_cldr
 async def test_greek_final_sigma_numbers_and_time_over_the_server(stub):
-    text = "Οι 21 γάτες της, 5% και 10:30."
+    text = "Οι 21 γάτες της, 5%, 3,50 € και 10:30."
     r = (await read(stub, text, model="g2p-ell"))[0]
     check_read_whole(text, r)
-    assert [t.spoken for t in r.tokens if t.words] == ["Οι", "είκοσι ένα", "γάτες", "της", "πέντε", "τοις εκατό", "και",
-                                                       "δέκα τριάντα"]
+    assert [t.spoken for t in r.tokens if t.words] == ["Οι", "είκοσι ένα", "γάτες", "της", "πέντε", "τοις εκατό",
+                                                       "τρία ευρώ πενήντα", "και", "δέκα τριάντα"]
     tis = next(t for t in r.tokens if t.text == "της").words[0]
     assert tis.result.output_text.endswith("s")  # ς read as the σ the model was trained on
 

@@ -82,10 +82,11 @@ EXACT = {"人": {1: "ひとり", 2: "ふたり"},
          "つ": dict(enumerate(("ひとつ", "ふたつ", "みっつ", "よっつ", "いつつ", "むっつ", "ななつ", "やっつ", "ここのつ", "とお"), 1)),
          "日": {**dict(enumerate(("ついたち", "ふつか", "みっか", "よっか", "いつか", "むいか", "なのか", "ようか",
                                   "ここのか", "とおか"), 1)), 20: "はつか"}}
-DIGITS = r"\d{1,3}(?:,\d{3})+(?!\d)|\d+(?:\.\d+)?"
+DIGITS = r"\d{1,3}(?:[,，]\d{3})+(?!\d)|\d+(?:[.．]\d+)?"  # thousands and decimal marks, either width
+MINUS = r"(?:(?<![\w.,])[-−－](?=\d))?"
 COUNTER = "|".join(re.escape(c) for c in sorted(COUNTERS, key=len, reverse=True))
 SCALE = "|".join(SCALES)
-AMOUNT = re.compile(rf"(?P<yen>[¥￥]\s?)?(?P<digits>{DIGITS})(?P<scale>{SCALE})?\s?(?P<counter>{COUNTER})?")
+AMOUNT = re.compile(rf"(?P<yen>[¥￥]\s?)?(?P<minus>{MINUS})(?P<digits>{DIGITS})(?P<scale>{SCALE})?\s?(?P<counter>{COUNTER})?")
 CLOCK = re.compile(r"([01]?\d|2[0-4]):([0-5]\d)")
 
 
@@ -124,7 +125,7 @@ def amount(digits: str, scale: str | None, counter: str | None) -> list[str]:
     """A written number (1,000 3.14 3万) and its counter, as said: a word per group of 10,000
     (いちおく | にせんさんびゃくよんじゅうごまん | ...), no word longer than the model decodes, the
     counter in the last (a counter changes the end of the number's last group only)."""
-    integer, _, fraction = digits.replace(",", "").partition(".")
+    integer, _, fraction = re.sub("[,，]", "", digits).replace("．", ".").partition(".")
     number = int(integer) * SCALES.get(scale or "", 1)
     if fraction:  # a decimal: its digits one by one after てん, the counter's sound change on the last
         said = reading(number) + "てん" + "".join(reading(int(d)) for d in fraction[:-1])
@@ -139,7 +140,7 @@ class Japanese:
     kanji, segmented by the dictionary where the languages extra is installed."""
 
     pattern = (rf"[¥￥]\s?(?:{DIGITS})(?:{SCALE})?|(?:[01]?\d|2[0-4]):[0-5]\d(?!\d)"
-               rf"|(?:{DIGITS})(?:{SCALE})?(?:\s?(?:{COUNTER}))?|{RUN}")
+               rf"|{MINUS}(?:{DIGITS})(?:{SCALE})?(?:\s?(?:{COUNTER}))?|{RUN}")
 
     def __init__(self, dictionary: bool = True):
         self.tagger = _tagger() if dictionary else None  # dictionary=False: as without the extra
@@ -156,6 +157,8 @@ class Japanese:
             m = AMOUNT.fullmatch(written)
             counter = "円" if m.group("yen") else m.group("counter")
             said = amount(m.group("digits"), m.group("scale"), counter)
+            if m.group("minus"):
+                said = ["まいなす"] + said
         return [Token(written, NUMBER, start, end, " ".join(said), tuple(Spoken(w, start, end) for w in said))]
 
     @staticmethod
