@@ -36,7 +36,8 @@ def coverage(bundle: Path) -> tuple[str, str, list[str]]:
     rules = read_rules(language)
     key = "ja" if rules.num2words == "ja" else "ko" if rules.num2words == "ko" else "default"
     text = SENTENCES[key].format(decimal=rules.decimal)
-    script = Script(m.get("src_tokenization", "chars") == "chars", alphabet, normalizer(m["source_normalization"]), list)
+    chars = m.get("src_tokenization", "chars") == "chars"
+    script = Script(chars, alphabet, normalizer(m["source_normalization"]), list)
     tokens = reader(rules).read(text, script)
     missed = [t.text for t in tokens if t.unread or t.text == "%" and t.kind == PUNCTUATION]
     return m["name"], language, missed

@@ -93,7 +93,8 @@ def _parse(path: Path) -> dict[str, list[tuple[str, tuple[str, ...], int]]]:
                                f"got {line!r}")
         # a mark's characters may be spaces (French writes 3 000 with a no-break space): not stripped
         # its \uXXXX escapes read, and only those: the rest may be any letters (virgulă, κόμμα)
-        rest = tuple(f.strip() for f in fields[2:]) if kind != "mark" else (ESCAPE.sub(lambda e: chr(int(e[1], 16)), fields[2]),)
+        rest = (tuple(f.strip() for f in fields[2:]) if kind != "mark"
+                else (ESCAPE.sub(lambda e: chr(int(e[1], 16)), fields[2]),))
         written = fields[1].strip()
         if kind == "abbreviation" and (len(rest) > 2 or (rest[1:] or ("",))[0] not in WHEN):
             raise LexiconError(f"{path}:{n}: an abbreviation's `when` must be one of {WHEN[1:]} or nothing, got {line!r}")

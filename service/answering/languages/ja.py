@@ -86,7 +86,8 @@ DIGITS = r"\d{1,3}(?:[,，]\d{3})+(?!\d)|\d+(?:[.．]\d+)?"  # thousands and dec
 MINUS = r"(?:(?<![\w.,])[-−－](?=\d))?"
 COUNTER = "|".join(re.escape(c) for c in sorted(COUNTERS, key=len, reverse=True))
 SCALE = "|".join(SCALES)
-AMOUNT = re.compile(rf"(?P<yen>[¥￥]\s?)?(?P<minus>{MINUS})(?P<digits>{DIGITS})(?P<scale>{SCALE})?\s?(?P<counter>{COUNTER})?")
+AMOUNT = re.compile(rf"(?P<yen>[¥￥]\s?)?(?P<minus>{MINUS})(?P<digits>{DIGITS})(?P<scale>{SCALE})?"
+                    rf"\s?(?P<counter>{COUNTER})?")
 CLOCK = re.compile(r"([01]?\d|2[0-4]):([0-5]\d)")
 
 

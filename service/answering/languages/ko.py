@@ -56,7 +56,8 @@ class Korean:
             if hundredths and hundredth is None:  # a currency without hundredths: the decimal, then the unit
                 spoken = f"{self.sino(int(whole))} 점 {' '.join(self.sino(int(d)) for d in cents)} {unit}"
             else:
-                spoken = f"{self.sino(int(whole))} {unit}" + (f" {self.sino(hundredths)} {hundredth}" if hundredths else "")
+                spoken = f"{self.sino(int(whole))} {unit}"
+                spoken += f" {self.sino(hundredths)} {hundredth}" if hundredths else ""
         elif written.isdigit() and int(written) in MONTHS and text.startswith("월", end):
             spoken = MONTHS[int(written)]
         else:
