@@ -179,6 +179,8 @@ class TextReader:
                                       shouting, known)
         if script is None:
             return tokens
+        if self.rules.words:  # before the spellings: a rule is said for the word as written (è, not e)
+            tokens = [self._ruled(t, script) for t in tokens]
         if self.rules.spellings:
             tokens = [self._respelled(t, script) for t in tokens]
         return [self._checked(t, script) for t in tokens]
@@ -300,6 +302,16 @@ class TextReader:
         runs = re.findall(r"[^aeiouy]+", w)
         onset = re.match(r"[^aeiou]*", w).group()
         return all(len(r) < 3 for r in runs) and (len(onset) <= 1 or onset in ONSETS)
+
+    def _ruled(self, token: Token, script: Script) -> Token:
+        """A word a `word` line says that was left to the lexicon (which has it) is said by the line after
+        all where the model cannot read its letters (Romanian și): unread, no answer would be given."""
+        words = self.rules.words
+        if not any(w.said is None and w.text.lower() in words for w in token.words):
+            return token
+        return replace(token, words=tuple(
+            replace(w, said=words[w.text.lower()]) if w.said is None and w.text.lower() in words and
+            script.unreadable(w.text) else w for w in token.words))
 
     def _respelled(self, token: Token, script: Script) -> Token:
         """Each letter the model lacks that the language's spelling lines map (Greek ς, which the task's

@@ -143,6 +143,21 @@ def test_romanian_si_in_a_number_is_read_by_its_rule():
     assert [(w.text, w.said) for w in token.words] == [("douăzeci", None), ("și", ("ʃ", "i")), ("unu", None)]
 
 
+def test_a_rule_word_the_lexicon_has_is_said_by_rule_where_the_model_cannot_read_it():
+    """The lexicon's reading comes first, but a word whose letters the model cannot read would be
+    unread with it: the rule says it (Romanian și once a lexicon lists it)."""
+    rules = read_rules("rum")
+    cannot = Script(True, frozenset("abcdefghijlmnoprstuvxyzâîăț"), str.lower, list)
+    can = Script(True, frozenset("abcdefghijlmnoprstuvxyzâîățș"), str.lower, list)
+    (token,) = TextReader(rules).read("și", cannot, known={"și"})
+    assert token.words[0].said == ("ʃ", "i") and not token.unread
+    (token,) = TextReader(rules).read("și", can, known={"și"})
+    assert token.words[0].said is None and not token.unread  # the lexicon's, as before
+    italian = Script(True, frozenset("abcdefghilmnopqrstuvz"), str.lower, list)
+    (token,) = TextReader(read_rules("ita")).read("è", italian, known={"è"})
+    assert (token.words[0].text, token.words[0].said) == ("è", ("ɛ",))  # said by rule, not respelled e
+
+
 def test_a_spelling_line_is_one_letter_to_letters(tmp_path):
     own = tmp_path / "text.tsv"
     own.write_text("spelling\tςσ\tσ\n", encoding="utf-8")
