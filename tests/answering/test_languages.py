@@ -82,6 +82,8 @@ def test_japanese_with_the_dictionary_reads_kanji_and_finds_particles():
         ("今日", "きょう"), ("は", "わ"), ("東京", "とうきょう"), ("へ", "え"), ("行き", "いき"), ("ます", "ます"), ("。", ""),
         ("はな", "はな"), ("は", "わ"), ("きれい", "きれい")]
     assert tokens[0].words[0].letters is None  # a kanji word reads its whole span
+    (hello,) = reader(read_rules("jpn_hira")).read("こんにちは")
+    assert (hello.spoken, hello.words[0].letters) == ("こんにちわ", (0, 1, 2, 3, 4))  # its は said わ
 
 
 @needs_cldr

@@ -177,8 +177,8 @@ class Japanese:
                 yield start + i, start + j, kana, (start + i,), PARTICLE_SAID[kana]
             elif dictionary is not None and re.search(f"[{KANJI}]", written):
                 yield start + i, start + j, hiragana(dictionary), None, None  # a kanji word: the dictionary's reading
-            else:
-                yield start + i, start + j, hiragana(written), tuple(range(start + i, start + j)), None
+            else:  # a kana word, each kana its character's (こんにちは's は said わ, as the dictionary says it)
+                yield start + i, start + j, hiragana(dictionary or written), tuple(range(start + i, start + j)), None
 
     def _analyzed(self, run: str):
         """The dictionary's words: (start, end, is a particle, reading or None); None where its words
@@ -189,10 +189,23 @@ class Japanese:
             if not surface or not run.startswith(surface, i):
                 return None
             kana = getattr(node.feature, "kana", None)
+            kana = kana if kana and kana != "*" else None
             particle = surface in PARTICLES and getattr(node.feature, "pos1", "") == "助詞"
-            out.append((i, i + len(surface), particle, kana if kana and kana != "*" else None))
+            if kana is not None and not re.search(f"[{KANJI}]", surface):
+                kana = _said_as(surface, kana, getattr(node.feature, "pron", None))
+            out.append((i, i + len(surface), particle, kana))
             i += len(surface)
         return out if i == len(run) else None
+
+
+def _said_as(surface: str, kana: str, pron: str | None) -> str | None:
+    """A kana word as written, but a は or へ its pronunciation says わ or え (こんにちは); None: as written.
+    Only where written, spelled and said have one character each, so each stays its character's."""
+    if not pron or not len(surface) == len(kana) == len(pron):
+        return None
+    said = [PARTICLES[c] if c in "はへ" and (k, p) in (("ハ", "ワ"), ("ヘ", "エ")) else c
+            for c, k, p in zip(surface, kana, pron)]
+    return "".join(said) if said != list(surface) else None
 
 
 def _script(c: str) -> str:
