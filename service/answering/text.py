@@ -158,6 +158,8 @@ class TextReader:
     def __init__(self, rules: TextRules, own: OwnReading | None = None):
         self.rules = rules
         self.own = own
+        self._script: Script | None = None  # the last Script read with, and whether _ruled is needed for it
+        self._unreadable = False
         self.scanner = _scanner(rules, own.pattern if own is not None else None)
 
     def read(self, text: str, script: Script | None = None, known: Container[str] = frozenset()) -> list[Token]:
@@ -179,7 +181,7 @@ class TextReader:
                                       shouting, known)
         if script is None:
             return tokens
-        if self.rules.words:  # before the spellings: a rule is said for the word as written (è, not e)
+        if self.rules.words and self._unreadable_rules(script):  # before the spellings: è, not e
             tokens = [self._ruled(t, script) for t in tokens]
         if self.rules.spellings:
             tokens = [self._respelled(t, script) for t in tokens]
@@ -302,6 +304,14 @@ class TextReader:
         runs = re.findall(r"[^aeiouy]+", w)
         onset = re.match(r"[^aeiou]*", w).group()
         return all(len(r) < 3 for r in runs) and (len(onset) <= 1 or onset in ONSETS)
+
+    def _unreadable_rules(self, script: Script) -> bool:
+        """Whether a word a `word` line says has letters this model cannot read (remembered for the
+        last Script: an answerer reads with one)."""
+        if script is not self._script:
+            self._script = script
+            self._unreadable = any(script.unreadable(w) for w in self.rules.words)
+        return self._unreadable
 
     def _ruled(self, token: Token, script: Script) -> Token:
         """A word a `word` line says that was left to the lexicon (which has it) is said by the line after
