@@ -77,13 +77,25 @@ def test_japanese_without_the_dictionary_splits_by_script():
 
 @needs_dictionary
 def test_japanese_with_the_dictionary_reads_kanji_and_finds_particles():
-    tokens = reader(read_rules("jpn_hira")).read("今日は東京へ行きます。はなはきれい")
+    tokens = reader(read_rules("jpn_hira")).read("今日は東京へ行きます。これはペンです。")
     assert [(t.text, t.spoken) for t in tokens] == [
         ("今日", "きょう"), ("は", "わ"), ("東京", "とうきょう"), ("へ", "え"), ("行き", "いき"), ("ます", "ます"), ("。", ""),
-        ("はな", "はな"), ("は", "わ"), ("きれい", "きれい")]
+        ("これ", "これ"), ("は", "わ"), ("ペン", "ぺん"), ("です", "です"), ("。", "")]
     assert tokens[0].words[0].letters is None  # a kanji word reads its whole span
     (hello,) = reader(read_rules("jpn_hira")).read("こんにちは")
     assert (hello.spoken, hello.words[0].letters) == ("こんにちわ", (0, 1, 2, 3, 4))  # its は said わ
+
+
+@needs_dictionary
+def test_a_run_of_hiragana_alone_stays_one_word_as_a_lexicon_writes_it():
+    """The dictionary would split あかはらいもり and take its は for a particle: a run of hiragana alone
+    (a dictionary word as written) is one word but at を; kana words between kanji are joined."""
+    read = reader(read_rules("jpn_hira")).read
+    assert [t.spoken for t in read("あかはらいもり はなはきれい")] == ["あかはらいもり", "はなはきれい"]
+    assert [t.spoken for t in read("すしをたべる")] == ["すし", "お", "たべる"]
+    assert [t.spoken for t in read("東京でちょっとまってください")] == ["とうきょう", "でちょっとまってください"]
+    (word,) = read("き゚ょ")  # a combining voicing mark belongs to its kana
+    assert word.text == "き゚ょ"
 
 
 @needs_cldr

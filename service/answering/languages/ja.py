@@ -10,8 +10,9 @@ times (10:30) and yen (¥500, 500円) among them.
 
 Kanji have no reading the model can find from their characters. Where the `languages` extra is
 installed (fugashi with the UniDic-lite dictionary, in its wheel; nothing is downloaded), the
-dictionary segments each run of Japanese characters into words, gives a kanji word its reading and
-tells a particle は from the は of はな. Without it a run is split where its script changes, は and へ
+dictionary segments each run of Japanese characters holding kanji or katakana into words, gives a
+kanji word its reading and tells a particle は from the は of はな; a run of hiragana alone is one
+word, as dictionary words are written, split only at を. Without it a run is split where its script changes, は and へ
 are particles after kanji or katakana, を always, and kanji stay unread (flagged), as before.
 
 Every word keeps its characters: a kana word maps each hiragana it is read as to the character it
@@ -25,7 +26,7 @@ from num2words import num2words
 
 from service.answering.text import NUMBER, WORD, Spoken, Token
 
-HIRAGANA = "\u3041-\u3096\u309d\u309e"  # ぁ..ゖ and the iteration marks ゝゞ
+HIRAGANA = "\u3041-\u3096\u3099-\u309e"  # ぁ..ゖ, the (combining) voicing marks and the iteration marks ゝゞ
 KATAKANA = "\u30a1-\u30fa\u30fd\u30fe"  # ァ..ヺ and ヽヾ
 LONG = "\u30fc"  # ー
 KANJI = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\u3005\u3006"  # and 々 〆
@@ -168,9 +169,21 @@ class Japanese:
         return Token(text[start:end], WORD, start, end, said, (Spoken(said, start, end, letters, symbols),))
 
     def _segments(self, run: str, start: int):
-        """(start, end, reading, letters, pronunciation or None) per word of a run of Japanese characters."""
-        pieces = self._analyzed(run) if self.tagger is not None else None
-        for i, j, particle, dictionary in pieces if pieces is not None else _by_script(run):
+        """(start, end, reading, letters, pronunciation or None) per word of a run of Japanese characters.
+
+        A run of hiragana alone is one word (dictionary words are written so: あかはらいもり, whose は a
+        dictionary would take for a particle), but for を, only ever a particle. In a run with kanji or
+        katakana the dictionary finds the words and particles (else the scripts do), and the kana
+        words between two particles or kanji words are one word again, as a lexicon writes them."""
+        if not re.search(f"[{KANJI}{KATAKANA}]", run):
+            pieces = list(_by_script(run))  # one stretch of hiragana: split at を only
+            whole = self._analyzed(run) if self.tagger is not None and len(pieces) == 1 else None
+            if whole is not None and len(whole) == 1:  # one dictionary word: its wa (こんにちは)
+                pieces = whole
+        else:
+            pieces = self._analyzed(run) if self.tagger is not None else None
+            pieces = _joined(run, pieces if pieces is not None else list(_by_script(run)))
+        for i, j, particle, dictionary in pieces:
             written = run[i:j]
             if particle:
                 kana = PARTICLES[written]
@@ -206,6 +219,19 @@ def _said_as(surface: str, kana: str, pron: str | None) -> str | None:
     said = [PARTICLES[c] if c in "はへ" and (k, p) in (("ハ", "ワ"), ("ヘ", "エ")) else c
             for c, k, p in zip(surface, kana, pron)]
     return "".join(said) if said != list(surface) else None
+
+
+def _joined(run: str, pieces: list) -> list:
+    """Neighbouring hiragana words (neither a particle nor holding kanji or katakana) as one word."""
+    out = []
+    for i, j, particle, said in pieces:
+        kana = not particle and not re.search(f"[{KANJI}{KATAKANA}]", run[i:j])
+        if kana and out and out[-1][4]:
+            a, _, _, before, _ = out.pop()
+            said = (before or run[a:i]) + (said or run[i:j]) if before or said else None
+            i = a
+        out.append((i, j, particle, said, kana))
+    return [piece[:4] for piece in out]
 
 
 def _script(c: str) -> str:
