@@ -22,7 +22,8 @@ from service.answering.compound import SEPARATORS, join_words, split_words
 from service.answering.lexicon import KnownWords, Lexicon
 from service.answering.reading import SaidMemo, TextAnswer, assemble, check_alphabet, word_keys, word_separator
 from service.answering.alphabet import IPA, is_arpabet
-from service.answering.text import Script, TextReader
+from service.answering.languages.registry import reader
+from service.answering.text import Script
 from service.answering.textrules import TextRules
 from service.config import AnswerConfig
 from service.domain import GREEDY, Decoded, DecodeOptions, InvalidInput, NotReady, OutsideAlphabet, Source
@@ -58,7 +59,7 @@ class Answerer:
         self.is_arpabet = is_arpabet(engine.tgt_vocab)
         self.text_rules = text_rules or TextRules()
         self._options: dict[DecodeOptions, DecodeOptions] = {}
-        self._reader = TextReader(self.text_rules)
+        self._reader = reader(self.text_rules)
         self._script = script_of(engine)  # what the model reads, as values
         self._said = SaidMemo(self.tgt_joiner, engine.tgt_vocab, cfg.lexicon)
 
@@ -160,7 +161,7 @@ class Answerer:
     def set_text_rules(self, rules: TextRules) -> None:
         """The model's own text rules file changed (one step on the event loop)."""
         self.text_rules = rules
-        self._reader = TextReader(rules)
+        self._reader = reader(rules)
 
     async def score(self, pairs: list[tuple[str, str]], options: DecodeOptions = GREEDY,
                     deadline_s: float | None = None) -> list[Decoded]:

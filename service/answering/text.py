@@ -23,7 +23,7 @@ import re
 import sys
 import unicodedata
 from dataclasses import dataclass, field, replace
-from typing import Callable, Container
+from typing import Callable, Container, Protocol
 
 from service.answering import normalize, numbers
 from service.answering.textrules import TextRules
@@ -82,7 +82,7 @@ NUMBER_GROUPS = frozenset(("camount", "cur", "camount2", "cur2", "hours", "minut
                            "negative", "number"))  # the scanner's groups a number's match may end in
 
 
-def _scanner(rules: TextRules) -> re.Pattern:
+def _scanner(rules: TextRules, own: str | None = None) -> re.Pattern:
     dec, thou = re.escape(rules.decimal), "[" + re.escape(rules.thousands) + "]"
     num = rf"\d{{1,3}}(?:{thou}\d{{3}})+(?!\d)(?:{dec}\d+)?|\d+(?:{dec}\d+)?"
     alternatives = []
@@ -101,6 +101,8 @@ def _scanner(rules: TextRules) -> re.Pattern:
     # look at the character first, so that at a letter (most positions) none of them is tried.
     starts = re.escape("".join(sorted({sign[0] for sign in rules.currencies})) + "'\u2019-\u2212")
     alternatives = [rf"(?=[\d{starts}])(?:" + "|".join(alternatives) + ")"]
+    if own is not None:  # a language's own reading (OwnReading) comes before every shared one
+        alternatives.insert(0, rf"(?P<own>{own})")
     if rules.abbreviations:
         forms = sorted(rules.abbreviations, key=len, reverse=True)
         # one lookbehind before the forms, not one per form: each form then fails on its first letter
@@ -141,14 +143,27 @@ class Script:
         return seen
 
 
+class OwnReading(Protocol):
+    """What a language reads its own way (service/answering/languages/): a pattern tried before the
+    shared ones at every position, and the tokens of a match of it, each traced to its characters."""
+
+    pattern: str  # a regular expression with no named groups
+
+    def tokens(self, text: str, match: re.Match) -> list[Token]: ...
+
+
 class TextReader:
     """Reads texts by one language's rules into tokens: read() is a function of the rules, the text,
     what the model reads (a Script; None: every character) and the words the lexicon has (an
-    acronym it has is read as a word). The scanner is the rules' own, compiled once."""
+    acronym it has is read as a word). The scanner is the rules' own, compiled once; a language's
+    own reading, if it has one, is tried first."""
 
-    def __init__(self, rules: TextRules):
+    def __init__(self, rules: TextRules, own: OwnReading | None = None):
         self.rules = rules
-        self.scanner = _scanner(rules)
+        self.own = own
+        self._script: Script | None = None  # the last Script read with, and whether _ruled is needed for it
+        self._unreadable = False
+        self.scanner = _scanner(rules, own.pattern if own is not None else None)
         self.normalizer = normalize.for_rules(rules)
 
     def read(self, text: str, script: Script | None = None, known: Container[str] = frozenset()) -> list[Token]:
@@ -163,7 +178,13 @@ class TextReader:
             tokens += self._read(text, at, len(text), known, shouting)
         else:
             tokens = self._read(text, 0, len(text), known)
-        return tokens if script is None else [self._checked(t, script) for t in tokens]
+        if script is None:
+            return tokens
+        if self.rules.words and self._unreadable_rules(script):  # before the spellings: è, not e
+            tokens = [self._ruled(t, script) for t in tokens]
+        if self.rules.spellings:
+            tokens = [self._respelled(t, script) for t in tokens]
+        return [self._checked(t, script) for t in tokens]
 
     @staticmethod
     def _shouting(matches: list[re.Match]) -> bool:
@@ -182,6 +203,8 @@ class TextReader:
         for i, m in enumerate(matches):
             if m.lastgroup == "word":  # most tokens: no neighbours needed
                 tokens += self._elided(m.group(), m.start(), shouting, known)
+            elif m.lastgroup == "own":
+                tokens += self.own.tokens(text, m)
             else:
                 tokens += self._token(text, m, matches[i - 1] if i else None, matches[i + 1] if i < last else None,
                                       shouting, known)
@@ -240,7 +263,9 @@ class TextReader:
             code = rules.currencies.get(g.get("cur") or g.get("cur2") or "")
             spoken = (numbers.money(rules, code, integer, fraction) if code
                       else numbers.number(rules, integer, fraction, bool(g["negative"])))
-        token = Token(written, NUMBER, start, end, spoken, tuple(Spoken(w, start, end) for w in re.split(r"[\s\-]+", spoken) if w))
+        said = rules.words  # a number word read by a rule of the language (Romanian și)
+        token = Token(written, NUMBER, start, end, spoken,
+                      tuple(Spoken(w, start, end, said=said.get(w)) for w in re.split(r"[\s\-]+", spoken) if w))
         return self._sentence_end(text, token) if written.endswith(".") else [token]
 
     def _abbreviation(self, text: str, m: re.Match, before, after, known: Container[str]) -> list[Token]:
@@ -316,6 +341,42 @@ class TextReader:
         runs = re.findall(r"[^aeiouy]+", w)
         onset = re.match(r"[^aeiou]*", w).group()
         return all(len(r) < 3 for r in runs) and (len(onset) <= 1 or onset in ONSETS)
+
+    def _unreadable_rules(self, script: Script) -> bool:
+        """Whether a word a `word` line says has letters this model cannot read (remembered for the
+        last Script: an answerer reads with one)."""
+        if script is not self._script:
+            self._script = script
+            self._unreadable = any(script.unreadable(w) for w in self.rules.words)
+        return self._unreadable
+
+    def _ruled(self, token: Token, script: Script) -> Token:
+        """A word a `word` line says that was left to the lexicon (which has it) is said by the line after
+        all where the model cannot read its letters (Romanian și): unread, no answer would be given."""
+        words = self.rules.words
+        if not any(w.said is None and w.text.lower() in words for w in token.words):
+            return token
+        return replace(token, words=tuple(
+            replace(w, said=words[w.text.lower()]) if w.said is None and w.text.lower() in words and
+            script.unreadable(w.text) else w for w in token.words))
+
+    def _respelled(self, token: Token, script: Script) -> Token:
+        """Each letter the model lacks that the language's spelling lines map (Greek ς, which the task's
+        words write σ) read as the letters they give, each traced to the letter it stands for; the
+        upper-case letter too, which lower-casing would turn back into the letter the model lacks."""
+        table = {k: v for c, v in self.rules.spellings.items() if c not in script.alphabet for k in {c, c.upper()}}
+        if not table or not any(c in table for w in token.words if w.said is None for c in w.text):
+            return token
+        words = []
+        for w in token.words:
+            if w.said is not None or not any(c in table for c in w.text):
+                words.append(w)
+                continue
+            text = "".join(table.get(c, c) for c in w.text)
+            letters = None if w.letters is None else tuple(
+                i for c, i in zip(w.text, w.letters) for _ in range(len(table.get(c, c))))
+            words.append(replace(w, text=text, letters=letters))
+        return replace(token, words=tuple(words))
 
     @staticmethod
     def _checked(token: Token, script: Script) -> Token:

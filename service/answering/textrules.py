@@ -12,21 +12,25 @@ the model cannot be trusted: `elision` (French j' l' qu', Italian l'), a clitic 
 and an apostrophe, read as a word of its own before the word it leans on, which is read as any word
 is; `word`, a word the lexicon lacks whose reading is a rule of the language (French `a`, the verb,
 is /a/). A model whose output symbols lack one of them reads that word as written, as it would
-without the rule (text.py).
+without the rule (text.py). A `spelling` maps a letter the language writes to the letters its models
+were trained on (Greek's final ς as σ), for a model that lacks the letter (text.py).
 """
 from __future__ import annotations
 
-import codecs
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from service.answering.languages import spellout
 from service.domain import LexiconError
 
 DATA = Path(__file__).resolve().parent / "textdata"
 WHEN = ("", "before_capital", "after_capital", "before_number", "after_number")
-KINDS = ("abbreviation", "letter", "symbol", "currency", "unit", "mark", "ordinal", "time", "elision", "word")
+KINDS = ("abbreviation", "letter", "symbol", "currency", "unit", "mark", "ordinal", "time", "elision", "word",
+         "spelling")
 APOSTROPHES = "'\u2019"  # an elision's apostrophe: either is written, the ASCII one is its key
 MARKS = ("decimal", "thousands", "point")
+ESCAPE = re.compile(r"\\u([0-9a-fA-F]{4})")  # a mark's character written as an escape (\u00a0)
 TIMES = ("oclock", "oh")
 # Language tags a bundle may carry (ISO 639-1, 639-2/B and /T, 639-3, with a region or a script after
 # it) -> num2words's language; only languages num2words reads are here.
@@ -37,7 +41,10 @@ NUM2WORDS = {"en": "en", "eng": "en", "fr": "fr", "fre": "fr", "fra": "fr", "de"
              "vie": "vi", "cy": "cy", "wel": "cy", "cym": "cy", "sr": "sr", "hbs": "sr", "pt": "pt", "por": "pt",
              "pl": "pl", "pol": "pl", "cs": "cs", "cze": "cs", "ces": "cs", "ru": "ru", "rus": "ru", "sv": "sv",
              "swe": "sv", "da": "da", "dan": "da", "fi": "fi", "fin": "fi", "tr": "tr", "tur": "tr", "uk": "uk",
-             "ukr": "uk", "lt": "lt", "lit": "lt", "ca": "ca", "cat": "ca", "he": "he", "heb": "he"}
+             "ukr": "uk", "lt": "lt", "lit": "lt", "ca": "ca", "cat": "ca", "he": "he", "heb": "he",
+             # read by CLDR's rules (unicode-rbnf, languages/spellout.py) where it is installed
+             "bg": "bg", "bul": "bg", "el": "el", "gre": "el", "ell": "el", "hy": "hy", "arm": "hy", "hye": "hy",
+             "ka": "ka", "geo": "ka", "kat": "ka", "km": "km", "khm": "km", "mt": "mt", "mlt": "mt"}
 
 
 def base_language(tag: str) -> str:
@@ -61,6 +68,7 @@ class TextRules:
     units: dict[str, tuple[str, str]] = field(default_factory=dict)  # code -> (singular, plural)
     elisions: dict[str, tuple[str, ...]] = field(default_factory=dict)  # "qu'" (lower case) -> its symbols
     words: dict[str, tuple[str, ...]] = field(default_factory=dict)  # "a" (lower case) -> its symbols
+    spellings: dict[str, str] = field(default_factory=dict)  # "ς" -> "σ": a letter -> the letters the model reads
 
     @property
     def english(self) -> bool:
@@ -84,7 +92,9 @@ def _parse(path: Path) -> dict[str, list[tuple[str, tuple[str, ...], int]]]:
             raise LexiconError(f"{path}:{n}: expected kind<TAB>written<TAB>spoken with kind one of {KINDS}, "
                                f"got {line!r}")
         # a mark's characters may be spaces (French writes 3 000 with a no-break space): not stripped
-        rest = tuple(f.strip() for f in fields[2:]) if kind != "mark" else (codecs.decode(fields[2], "unicode_escape"),)
+        # its \uXXXX escapes read, and only those: the rest may be any letters (virgulă, κόμμα)
+        rest = (tuple(f.strip() for f in fields[2:]) if kind != "mark"
+                else (ESCAPE.sub(lambda e: chr(int(e[1], 16)), fields[2]),))
         written = fields[1].strip()
         if kind == "abbreviation" and (len(rest) > 2 or (rest[1:] or ("",))[0] not in WHEN):
             raise LexiconError(f"{path}:{n}: an abbreviation's `when` must be one of {WHEN[1:]} or nothing, got {line!r}")
@@ -92,6 +102,8 @@ def _parse(path: Path) -> dict[str, list[tuple[str, tuple[str, ...], int]]]:
             raise LexiconError(f"{path}:{n}: {kind} {written!r} is not one of {MARKS if kind == 'mark' else TIMES}")
         if kind == "elision" and not (len(written) >= 2 and written[-1] in APOSTROPHES and written[:-1].isalpha()):
             raise LexiconError(f"{path}:{n}: an elision is letters then an apostrophe, got {written!r}")
+        if kind == "spelling" and not (len(written) == 1 and written.isalpha() and rest[0].isalpha()):
+            raise LexiconError(f"{path}:{n}: a spelling is one letter<TAB>the letters the model reads, got {line!r}")
         if kind == "word" and not written.isalpha():
             raise LexiconError(f"{path}:{n}: a word is letters only, got {written!r}")
         if kind == "unit" and len(rest) != 2:
@@ -121,8 +133,9 @@ def read_rules(language: str, own_file: Path | None = None) -> TextRules:
     abbreviations: dict[str, list] = {}
     for written, rest, _ in lines["abbreviation"]:
         abbreviations.setdefault(written, []).append((rest[0], rest[1] if len(rest) > 1 else ""))
+    spoken = NUM2WORDS.get(base)
     return TextRules(
-        language=language, num2words=NUM2WORDS.get(base),
+        language=language, num2words=spoken if spoken in spellout.CONVERTER_CLASSES else None,
         decimal=marks.get("decimal", "."), thousands=marks.get("thousands", ","), point=marks.get("point", "point"),
         ordinals=tuple(sorted({w for w, _, _ in lines["ordinal"]}, key=len, reverse=True)),
         times={w: rest[0] for w, rest, _ in lines["time"]},
@@ -132,4 +145,5 @@ def read_rules(language: str, own_file: Path | None = None) -> TextRules:
         currencies={w: rest[0] for w, rest, _ in lines["currency"]},
         units={w: (rest[0], rest[1]) for w, rest, _ in lines["unit"]},
         elisions={w[:-1].lower() + "'": tuple(rest[0].split()) for w, rest, _ in lines["elision"]},
-        words={w.lower(): tuple(rest[0].split()) for w, rest, _ in lines["word"]})
+        words={w.lower(): tuple(rest[0].split()) for w, rest, _ in lines["word"]},
+        spellings={w: rest[0] for w, rest, _ in lines["spelling"]})
