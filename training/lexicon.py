@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+from typing import Callable
 
 from attnserve.bundle.manifest import sha256_file
 from attnserve.bundle.normalization import normalizer
@@ -24,6 +25,9 @@ from training.data import SPECIALS, SPLITS, load_described
 from training.wikipron import COMMIT, OUT_DIR, read_tsv
 
 FILE = "lexicon.tsv"
+# (word, its pronunciations) -> each word's pronunciations, the primary one first
+Ranker = Callable[[list[tuple[str, list[str]]]], list[list[str]]]
+RANK_BATCH = 64
 
 
 def lexicon_splits(data: dict) -> tuple[str, ...]:
@@ -41,7 +45,7 @@ def lexicon_origin(data: dict) -> str:
     return f"{data['corpus']}, every split"
 
 
-def write_lexicon(bundle_dir: Path, manifest: dict) -> dict:
+def write_lexicon(bundle_dir: Path, manifest: dict, rank: Ranker | None = None) -> dict:
     """Write the bundle's lexicon.tsv; returns the manifest with it named (not written). A pronunciation
     with a symbol the model cannot emit (a dev word's phoneme that no training word has) is left out:
     the server answers a lexicon word by teacher forcing it through the model, and refuses such a line."""
@@ -61,12 +65,16 @@ def write_lexicon(bundle_dir: Path, manifest: dict) -> dict:
         # must differ (service/answering/lexicon.py refuses one listed twice)
         norm = normalizer(manifest.get("source_normalization", "none"))
         seen = {norm(line.split("\t")[0]) for line in lines}
-        extra: dict[tuple[str, str], str] = {}
+        extra: dict[str, dict[str, str]] = {}  # a source as the server keys it -> pronunciation -> line
         for w, p in read_tsv(wikipron):  # scripts/wikipron_lexicons.py kept what the model emits, outside the task's files
             if norm(w) not in seen and set(p.split()) <= emittable:
-                extra.setdefault((norm(w), p), f"{w}\t{p}")
-        added = len(extra)
-        lines += extra.values()
+                extra.setdefault(norm(w), {}).setdefault(p, f"{w}\t{p}")
+        if rank is not None:  # WikiPron lists a word's pronunciations in no order of preference
+            several = [w for w, prons in extra.items() if len(prons) > 1]
+            for w, order in zip(several, rank([(w, list(extra[w])) for w in several])):
+                extra[w] = {p: extra[w][p] for p in order}
+        added = sum(map(len, extra.values()))
+        lines += [line for prons in extra.values() for line in prons.values()]
     (Path(bundle_dir) / FILE).write_text("\n".join(lines) + "\n", encoding="utf-8")
     sources = len({line.split("\t")[0] for line in lines})
     lexicon = {"file": FILE, "sources": sources, "entries": len(lines), "from": lexicon_origin(data),
@@ -105,6 +113,32 @@ def main(argv=None) -> None:
         rebuild(bundle)
 
 
+def by_the_model(bundle) -> Ranker:
+    """Orders each word's pronunciations by the model's log-probability of each (teacher forced through
+    the bundle's fp32 graphs), the likeliest first: the one nearest the task's own readings is the
+    primary one, which a word's answer gives (French `chat`: ʃ a before the loanword's t ʃ a t)."""
+    from service.config import EngineConfig
+    from service.engine.engine import Engine
+    from service.engine.forced import force
+
+    engine = Engine(bundle, EngineConfig())
+
+    def rank(words: list[tuple[str, list[str]]]) -> list[list[str]]:
+        pairs = [(engine.tokenize(w), p) for w, prons in words for p in prons]
+        scores = []
+        for i in range(0, len(pairs), RANK_BATCH):
+            batch = pairs[i:i + RANK_BATCH]
+            targets = [engine.target_ids(engine.tokenize_target(p)) for _, p in batch]
+            scores += [d.log_prob for d in force(engine, [t for t, _ in batch], targets)]
+        out, k = [], 0
+        for _, prons in words:
+            mine = scores[k:k + len(prons)]
+            k += len(prons)
+            out.append([p for _, p in sorted(zip(mine, prons), key=lambda sp: -sp[0])])  # stable: ties keep the file's order
+        return out
+    return rank
+
+
 def rebuild(path: Path) -> None:
     from service.engine.bundle import MANIFEST, load_bundle
 
@@ -115,7 +149,8 @@ def rebuild(path: Path) -> None:
     written = json.loads(manifest.read_text(encoding="utf-8"))
     lexicon = write_lexicon(bundle.path, {**written, **{k: bundle.manifest[k] for k in ("data", "tgt_vocab")},
                                           "language": bundle.manifest.language,
-                                          "source_normalization": bundle.manifest.source_normalization})["lexicon"]
+                                          "source_normalization": bundle.manifest.source_normalization},
+                            by_the_model(bundle))["lexicon"]
     written["lexicon"] = lexicon
     written["files"] = {**written.get("files", {}), FILE: sha256_file(bundle.path / FILE)}
     manifest.write_text(json.dumps(written, indent=2) + "\n", encoding="utf-8")
