@@ -26,7 +26,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from training.wikipron import COMMIT, LANGUAGES, OUT_DIR, WIKIPRON_CUT, read_tsv, to_task  # noqa: E402
+from training.wikipron import (COMMIT, ENGLISH, FREQUENT, FREQUENT_DIR, LANGUAGES, OUT_DIR, WIKIPRON_CUT, read_tsv,  # noqa: E402
+                               to_task, write_frequent)
 
 SPECIALS = {"<pad>", "<s>", "</s>", "<unk>"}
 
@@ -37,16 +38,31 @@ def wikipron_entries(repo: Path, file: str) -> list[tuple[str, str]]:
     return [tuple(line.split("\t")[:2]) for line in text.splitlines() if line.strip()]
 
 
-def frequent(lang: str, n: int) -> dict[str, int]:
-    """word -> its rank among the language's n most frequent (wordfreq's own spelling: Greek's final
-    sigma is folded to σ there, restored here so that the word is written as text writes it)."""
+def frequent(lang: str, n: int) -> dict[str, tuple[int, float]]:
+    """word -> its rank among the language's n most frequent and its frequency (wordfreq's own
+    spelling: Greek's final sigma is folded to σ there, restored here so that the word is written as
+    text writes it). The frequency is the list's own, looked up without wordfreq's tokenizer (Japanese
+    and Korean would need MeCab for that)."""
     import wordfreq
-    out: dict[str, int] = {}
+    freqs = wordfreq.get_frequency_dict(lang)
+    out: dict[str, tuple[int, float]] = {}
     for rank, word in enumerate(wordfreq.top_n_list(lang, n)):
+        frequency = freqs[word]
         if lang == "el" and word.endswith("σ"):
             word = word[:-1] + "ς"
-        out.setdefault(word, rank)
+        out.setdefault(word, (rank, frequency))
     return out
+
+
+def build_english(repo: Path) -> dict:
+    """English: the frequent words' file alone (the English lexicons are not built here)."""
+    (code, spec), = ENGLISH.items()
+    manifest = json.loads((REPO / "models" / spec.model / "1" / "manifest.json").read_text())
+    by_word: dict[str, list[str]] = {}
+    for word, pron in wikipron_entries(repo, spec.file):
+        by_word.setdefault(word, []).append(pron)
+    write_gold(code, spec.wordfreq, by_word, task_pairs(manifest))
+    return {"code": code, "wikipron_file": spec.file, "wordfreq": spec.wordfreq, "scored_only": True}
 
 
 def build(code: str, repo: Path) -> dict:
@@ -71,7 +87,7 @@ def build(code: str, repo: Path) -> dict:
     # without a frequency list (wordfreq has none for the language) every entry is kept: none of
     # these WikiPron files is large
     chosen = (w for w in by_word if w not in seen and (w in ranks or not spec.wordfreq))
-    for word in sorted(chosen, key=lambda w: (ranks.get(w, 0), w)):
+    for word in sorted(chosen, key=lambda w: (ranks.get(w, (0,))[0], w)):
         for pron in by_word[word]:
             mapped = to_task(code, word, pron)
             if mapped is None:
@@ -80,6 +96,8 @@ def build(code: str, repo: Path) -> dict:
                 left["symbol_outside_the_model"] += 1
             elif (word, mapped) not in kept:
                 kept.append((word, mapped))
+    if spec.wordfreq:
+        write_gold(code, spec.wordfreq, by_word, task_pairs(manifest))
     OUT_DIR.mkdir(parents=True, exist_ok=True)
     (OUT_DIR / f"{code}.tsv").write_text("".join(f"{w}\t{p}\n" for w, p in kept), encoding="utf-8")
     return {"code": code, "model": spec.model, "wikipron_file": spec.file, "wordfreq": spec.wordfreq,
@@ -87,14 +105,36 @@ def build(code: str, repo: Path) -> dict:
             "left_out": left, "task_words_in_wikipron": total, "mapping_agrees_with_task": agree}
 
 
+def task_pairs(manifest: dict) -> list[tuple[str, str, str]]:
+    """(word, pronunciation, split) of the task's train, dev and test files."""
+    files = manifest["data"]["files"]
+    return [(w, p, s) for s in ("train", "dev", "test") for w, p in read_tsv(REPO / files[s]["path"])]
+
+
+def write_gold(code: str, lang: str, by_word: dict[str, list[str]], task: list[tuple[str, str, str]]) -> None:
+    """data/wikipron/frequent/<code>.tsv: of the language's FREQUENT most frequent words, those WikiPron
+    transcribes, each with its frequency, whether a task file has it, and every pronunciation that reads
+    it right: WikiPron's, in the task's conventions where they differ, and the task's own."""
+    in_task: dict[str, set[str]] = {}
+    for w, p, _ in task:
+        in_task.setdefault(w, set()).add(p)
+    rows = []
+    for word, (_, frequency) in frequent(lang, FREQUENT).items():
+        if word in by_word or word in in_task:
+            prons = list(dict.fromkeys([*by_word.get(word, []), *(to_task(code, word, p) for p in by_word.get(word, [])),
+                                        *sorted(in_task.get(word, ()))]))
+            rows.append((word, frequency, word in in_task, [p for p in prons if p]))
+    write_frequent(FREQUENT_DIR / f"{code}.tsv", rows)
+
+
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--wikipron", type=Path, required=True, help="a git clone of CUNY-CL/wikipron holding " + COMMIT)
-    p.add_argument("--langs", nargs="*", default=sorted(LANGUAGES), help="task codes (default: all)")
+    p.add_argument("--langs", nargs="*", default=sorted(LANGUAGES) + sorted(ENGLISH), help="task codes (default: all; eng_us: its frequent words alone)")
     args = p.parse_args(argv)
     counts = {}
     for code in args.langs:
-        counts[code] = build(code, args.wikipron)
+        counts[code] = build_english(args.wikipron) if code in ENGLISH else build(code, args.wikipron)
         print(json.dumps(counts[code], ensure_ascii=False), flush=True)
     path = OUT_DIR / "counts.json"
     old = json.loads(path.read_text()) if path.exists() else {}

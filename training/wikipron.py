@@ -12,6 +12,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 OUT_DIR = REPO / "data" / "wikipron"
+FREQUENT_DIR = OUT_DIR / "frequent"  # the words scripts/frequent_words.py scores, with what reads them right
+FREQUENT = 1_000  # that many most frequent words of each language are scored
 COMMIT = "9aa71006ae5ec1b044efe62adb6aa181641f5019"  # 2021-02-12: the task's transcriptions, verbatim for most
 WIKIPRON_CUT = 50_000  # a word is kept when it is among its language's this many most frequent (wordfreq)
 TIE = "\u0361"
@@ -46,6 +48,22 @@ LANGUAGES = {  # task code -> its bundle, WikiPron file and wordfreq list
     "vie_hanoi": Language("g2p-vie-hanoi", "vie_hanoi_phonetic_filtered.tsv", "vi"),
     "wel_sw": Language("g2p-cym-sw", "wel_sw_phonemic_filtered.tsv", ""),
 }
+
+# English's frequent words are scored (scripts/frequent_words.py), never added to a lexicon here:
+# the English bundles' lexicons are CMUdict's and the task's. Every English model is scored on them,
+# the ARPAbet ones in IPA (service/answering/alphabet.py).
+ENGLISH = {"eng_us": Language("g2p-eng-us-ipa", "eng_us_phonemic_filtered.tsv", "en")}
+ENGLISH_MODELS = ("g2p-eng-us-ipa", "g2p-en", "g2p-en-stress", "g2p-en-compact")
+# What a listener does not hear as another word, dropped before two English pronunciations are
+# compared: length (the task dropped WikiPron's), stress marks (the ARPAbet models' IPA has them where
+# the task's has none), syllable breaks, non-syllabic marks.
+_ENGLISH_SILENT = str.maketrans("", "", "ːˈˌ.\u032f")
+# Then the notations of one American sound that WikiPron's entries and ARPAbet's IPA
+# (service/answering/alphabet.py) write differently, each written one way, longest first.
+_ENGLISH_SAME = [("ɛəɹ", "ɛɹ"), ("eəɹ", "ɛɹ"), ("ɛɚ", "ɛɹ"), ("ɪɚ", "iɹ"), ("ɪɹ", "iɹ"), ("ʊɹ", "uɹ"), ("ʊɚ", "uɹ"),
+                 ("ɝ", "əɹ"), ("ɚ", "əɹ"), ("ɜ", "ə"), ("ʌ", "ə"), ("l\u0329", "əl"), ("n\u0329", "ən"), ("m\u0329", "əm"),
+                 ("ɒ", "ɑ"), ("ʍ", "w"), ("ɹ", "r"), ("ɡ", "g")]
+LINK = "‿"  # French WikiPron's liaison mark: a link between two words, no sound of its own
 
 # Where the task wrote an affricate as one tied segment and WikiPron (at COMMIT) as two: the two
 # segments, the tied one, and the letters that spell it. The tie is put back only where the spelling
@@ -82,10 +100,18 @@ def to_task(code: str, word: str, pron: str) -> str | None:
     return " ".join(segments)
 
 
-def by_sound(pron: str) -> str:
-    """A pronunciation as heard: its segments run together with their ties dropped, so that two
-    transcriptions that differ only in how they cut the same sounds into segments compare equal."""
-    return "".join(pron.split()).replace(TIE, "")
+def by_sound(pron: str, code: str = "") -> str:
+    """A pronunciation as heard: its segments run together with their ties and linking marks dropped,
+    so that two transcriptions that differ only in how they cut the same sounds into segments compare
+    equal; for English (code eng_us) length and stress dropped too, and the American notations of
+    one sound written one way (_ENGLISH_SAME)."""
+    heard = "".join(pron.split()).replace(TIE, "").replace(LINK, "")
+    if code != "eng_us":
+        return heard
+    heard = heard.translate(_ENGLISH_SILENT)
+    for written, same in _ENGLISH_SAME:
+        heard = heard.replace(written, same)
+    return heard
 
 
 def read_tsv(path: Path) -> list[tuple[str, str]]:
@@ -95,4 +121,28 @@ def read_tsv(path: Path) -> list[tuple[str, str]]:
         if line.strip():
             word, pron = line.split("\t")[:2]
             out.append((word, pron))
+    return out
+
+
+@dataclass(frozen=True)
+class Frequent:
+    """One of a language's most frequent words that WikiPron transcribes."""
+    word: str
+    frequency: float  # wordfreq's: a token's share of running text
+    in_task: bool  # a task file (train, dev or test) has the word
+    right: tuple[str, ...]  # the pronunciations that read it right
+
+
+def write_frequent(path: Path, rows: list[tuple[str, float, bool, list[str]]]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(f"{w}\t{f:.3g}\t{'task' if t else '-'}\t{' | '.join(ps)}\n" for w, f, t, ps in rows),
+                    encoding="utf-8")
+
+
+def read_frequent(path: Path) -> list[Frequent]:
+    """`word<TAB>frequency<TAB>task or -<TAB>pronunciation | pronunciation ...` lines, most frequent first."""
+    out = []
+    for line in Path(path).read_text(encoding="utf-8").splitlines():
+        word, frequency, task, prons = line.split("\t")
+        out.append(Frequent(word, float(frequency), task == "task", tuple(p.strip() for p in prons.split("|"))))
     return out
