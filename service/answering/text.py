@@ -162,7 +162,7 @@ class TextReader:
             else:
                 tokens += self._token(text, m, matches[i - 1] if i else None, matches[i + 1] if i < last else None,
                                       shouting, known)
-        return tokens if script is None else [self._checked(t, script) for t in tokens]
+        return tokens if script is None else [self._checked(t, script, known) for t in tokens]
 
     def _token(self, text: str, m: re.Match, before, after, shouting: bool, known: Container[str]) -> list[Token]:
         kind, start, end, written = m.lastgroup, m.start(), m.end(), m.group()
@@ -281,9 +281,11 @@ class TextReader:
         return all(len(r) < 3 for r in runs) and (len(onset) <= 1 or onset in ONSETS)
 
     @staticmethod
-    def _checked(token: Token, script: Script) -> Token:
+    def _checked(token: Token, script: Script, known: Container[str] = frozenset()) -> Token:
         """Flag what the model cannot read: a word's own characters where they are outside its
-        alphabet, a derived word's (a number's, an abbreviation's) whole token."""
+        alphabet, a derived word's (a number's, an abbreviation's) whole token. A word the lexicon
+        has is read whatever its letters: the lexicon gives its pronunciation, the model only
+        scores it (a letter it lacks is its unknown symbol there)."""
         if token.unread or not token.words:
             return token
         if script.says is not None and any(w.said is not None and not script.says.issuperset(w.said) for w in token.words):
@@ -295,6 +297,8 @@ class TextReader:
             if w.said is not None:  # given by a rule, in the model's symbols
                 continue
             bad = script.unreadable(w.text)
+            if bad and w.text in known:
+                continue
             if bad and w.letters is not None:
                 unread.update(w.letters[i] for i in bad)
             elif bad:
