@@ -117,8 +117,7 @@ def by_the_model(bundle) -> Ranker:
     """Orders each word's pronunciations by the model's log-probability of each (teacher forced through
     the bundle's fp32 graphs), the likeliest first: the one nearest the task's own readings is the
     primary one, which a word's answer gives (French `chat`: ʃ a before the loanword's t ʃ a t)."""
-    from service.config import EngineConfig
-    from service.engine.engine import Engine
+    from service.engine.engine import Engine, EngineConfig
     from service.engine.forced import force
 
     engine = Engine(bundle, EngineConfig())
