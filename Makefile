@@ -151,6 +151,12 @@ sigmorphon-transfer: $(VENV)/.dev-installed
 	seq $(SIGMORPHON_JOBS) | xargs -P $(SIGMORPHON_JOBS) -I{} nice -n 10 $(PY) -m experiments.sigmorphon transfer \
 	  $(if $(SIGMORPHON_LANGS),--langs $(SIGMORPHON_LANGS))
 
+# Each bundle whose language has WikiPron's frequent words (data/wikipron/, written by
+# scripts/wikipron_lexicons.py) gets its lexicon.tsv again: the task's train and dev words, then those.
+.PHONY: lexicons
+lexicons: $(VENV)/.dev-installed
+	$(PY) -m training.lexicon --wikipron-in $(MODEL_REPOSITORY)
+
 # Several checkpoints export their ensemble (training/ensemble.py), e.g.
 #   make export EXPORT_CHECKPOINTS="runs/seed1/best.pt runs/seed2/best.pt" MODEL_VERSION=2
 EXPORT_CHECKPOINTS ?= runs/g2p-en-gpu/stage2/best.pt

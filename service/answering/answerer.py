@@ -179,6 +179,11 @@ class Answerer:
         results = await self.batcher.submit([Source(s, t) for s, t in zip(sources, targets)], options, deadline_s)
         return [hyps[0] for hyps in results]
 
+    def _in_lexicon(self, tokens: list[str], options: DecodeOptions) -> bool:
+        """Whether the lexicon (or the overrides) answers this source: then a letter outside the
+        model's alphabet is no reason to refuse it, the model only scores the given pronunciation."""
+        return self.cfg.lexicon and not options.bypass_lexicon and self.lexicon.lookup(tokens) is not None
+
     def reads(self, text: str) -> bool:
         """Whether every symbol of `text`, after the model's own source normalization, is in its
         alphabet (a compound's separators aside): the model reads it without unknown symbols."""
@@ -207,7 +212,7 @@ class Answerer:
                 raise InvalidInput(f"inputs[{i}] {texts[i]!r} holds no word, only separators")
             unknown = [(p, t) for p, t in self.engine.unknown_symbols(tokens)
                        if not (compound and SEPARATORS.fullmatch(t))]
-            if unknown and not options.allow_unknown:
+            if unknown and not options.allow_unknown and not self._in_lexicon(tokens, options):
                 shown = ", ".join(f"{t!r} at position {p}" for p, t in unknown[:5])
                 raise OutsideAlphabet(f"inputs[{i}] {texts[i]!r} has symbols outside the model's alphabet: {shown} "
                                       "(options.allow_unknown_symbols decodes them as unknown)", texts[i])

@@ -184,7 +184,7 @@ class TextReader:
             tokens = [self._ruled(t, script) for t in tokens]
         if self.rules.spellings:
             tokens = [self._respelled(t, script) for t in tokens]
-        return [self._checked(t, script) for t in tokens]
+        return [self._checked(t, script, known) for t in tokens]
 
     @staticmethod
     def _shouting(matches: list[re.Match]) -> bool:
@@ -379,9 +379,11 @@ class TextReader:
         return replace(token, words=tuple(words))
 
     @staticmethod
-    def _checked(token: Token, script: Script) -> Token:
+    def _checked(token: Token, script: Script, known: Container[str] = frozenset()) -> Token:
         """Flag what the model cannot read: a word's own characters where they are outside its
-        alphabet, a derived word's (a number's, an abbreviation's) whole token."""
+        alphabet, a derived word's (a number's, an abbreviation's) whole token. A word the lexicon
+        has is read whatever its letters: the lexicon gives its pronunciation, the model only
+        scores it (a letter it lacks is its unknown symbol there)."""
         if token.unread or not token.words:
             return token
         if script.says is not None and any(w.said is not None and not script.says.issuperset(w.said) for w in token.words):
@@ -393,6 +395,8 @@ class TextReader:
             if w.said is not None:  # given by a rule, in the model's symbols
                 continue
             bad = script.unreadable(w.text)
+            if bad and w.text in known:
+                continue
             if bad and w.letters is not None:
                 unread.update(w.letters[i] for i in bad)
             elif bad:

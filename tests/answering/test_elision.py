@@ -71,7 +71,9 @@ async def test_the_verb_a_is_read_by_the_french_rule(stub):
     r = (await read(stub, "Il a payé, à Paris.", model="g2p-fra"))[0]
     for written in ("a", "à"):
         (t,) = [t for t in r.tokens if t.text == written]
-        assert t.words[0].result.output_text == "a" and t.words[0].choice == RULE_CHOICE
+        # the lexicon's reading comes first where it has the word (WikiPron's frequent words, data/wikipron/)
+        assert t.words[0].result.output_text == "a"
+        assert t.words[0].choice == RULE_CHOICE or t.words[0].result.origin == pb.ORIGIN_LEXICON
     assert r.complete
 
 
