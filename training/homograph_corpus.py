@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import csv
 import hashlib
+import re
 from collections import Counter, defaultdict
 from pathlib import Path
 
@@ -23,6 +24,7 @@ from attnserve.bundle.homographs import NORMALIZATION, context_source
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = REPO / "data" / "wikipedia-homographs"
+SUPPLEMENT = REPO / "data" / "homograph-supplement" / "sentences.tsv"
 UNK = "<unk>"
 
 
@@ -32,6 +34,20 @@ def read_split(path: Path) -> list[dict]:
         rows = list(csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE))
     for r in rows:
         r["start"], r["end"] = int(r["start"]), int(r["end"])
+    return rows
+
+
+def read_supplement(path: Path = SUPPLEMENT) -> list[dict]:
+    """The hand-written sentences (homograph, wordid, sentence), each homograph's span its first whole-word
+    occurrence in the sentence; ValueError naming a line whose sentence lacks it."""
+    rows = []
+    for n, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines()[1:], 2):
+        word, wordid, sentence = line.split("\t")
+        found = re.search(rf"\b{re.escape(word)}\b", sentence, re.IGNORECASE)
+        if found is None:
+            raise ValueError(f"{path}:{n}: {word!r} is not a word of the sentence")
+        rows.append({"homograph": word, "wordid": wordid, "sentence": sentence, "start": found.start(),
+                     "end": found.end()})
     return rows
 
 
@@ -82,6 +98,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--finish", type=Path, help="an exported bundle to declare a context model instead")
     ap.add_argument("--window", type=int, default=10, help="tokens on each side of the homograph [10]")
     ap.add_argument("--min-count", type=int, default=2, help="rarer train words become <unk> [2]")
+    ap.add_argument("--supplement", action="store_true", help="train on data/homograph-supplement's "
+                    "hand-written sentences too")
     ap.add_argument("--balance", type=float, default=0.0, help="repeat a homograph's rarer readings' train "
                     "sentences until each has at least this share of its commonest reading's count [0: as they are]")
     args = ap.parse_args(argv)
@@ -89,6 +107,8 @@ def main(argv: list[str] | None = None) -> None:
         return finish(args.finish, args.window)
     rows = read_split(DATA / "train.tsv")
     kept, out = held_out(rows)
+    if args.supplement:  # training only: the held-out part stays Wikipedia's
+        kept += read_supplement()
     src = {id(r): context_source(r["sentence"], r["start"], r["end"], args.window).split() for r in kept + out}
     counts = Counter(w for r in kept for w in src[id(r)])
     train = [(" ".join(w if counts[w] >= args.min_count else UNK for w in src[id(r)]), r["wordid"]) for r in kept]
