@@ -91,10 +91,13 @@ NEW = 0.75  # what a reading the lexicon lacks costs over its distance: a near o
 
 def assign(wants: list[list[str]], prons: list[str], stress: bool) -> list[str]:
     """Each wanted reading's pronunciation: the assignment of distinct pronunciations of least total
-    distance, among the lexicon's and the wanted readings themselves (those at a cost of NEW more)."""
+    distance, among the lexicon's and the wanted readings themselves (those at a cost of NEW more); in a
+    bundle without stress (or with fewer pronunciations than readings), each reading's nearest."""
     own = [" ".join(w if stress else [p.rstrip("012") for p in w]) for w in wants]
     cands = list(dict.fromkeys(prons + own))
     cost = [[distance(w, p.split(), stress) + (NEW if p not in prons else 0.0) for p in cands] for w in wants]
+    if len(cands) < len(wants) or not stress:  # readings apart only by stress are one where it is not written
+        return [cands[min(range(len(cands)), key=row.__getitem__)] for row in cost]
     best = min(itertools.permutations(range(len(cands)), len(wants)),
                key=lambda js: sum(cost[i][j] for i, j in enumerate(js)))
     return [cands[j] for j in best]
@@ -107,6 +110,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--install", metavar="CONTEXT_MODEL", help="write the table into the bundle (homographs.tsv), "
                     "append the readings its lexicon lacks to it (after a word's own, so its primary reading stays; "
                     "a word it lacks gets them in wordids.tsv's order) and name both in its manifest")
+    ap.add_argument("--like", type=Path, help="take another bundle's table (its homographs.tsv) instead of "
+                    "matching, stress removed where this bundle has none (g2p-en: g2p-en-stress's, CMUdict both)")
     args = ap.parse_args(argv)
     lexicon = defaultdict(list)
     for line in (args.bundle / "lexicon.tsv").read_text(encoding="utf-8").splitlines():
@@ -121,6 +126,11 @@ def main(argv: list[str] | None = None) -> None:
                 fixed[wordid] = pron.strip()
     if not stress:  # the fixes are written with stress
         fixed = {w: " ".join(p.rstrip("012") for p in pron.split()) for w, pron in fixed.items()}
+    if args.like:
+        for line in (args.like / TABLE).read_text(encoding="utf-8").splitlines():
+            if line.strip() and not line.startswith("#"):
+                word, wordid, pron = line.split("\t")
+                fixed[wordid] = pron if stress else " ".join(p.rstrip("012") for p in pron.split())
     rows = [line.split("\t") for line in WORDIDS.read_text(encoding="utf-8").splitlines()[1:]]
     by_word = defaultdict(list)
     for word, wordid, _, ipa, *_ in rows:

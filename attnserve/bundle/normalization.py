@@ -21,10 +21,16 @@ def _strip_accents_lower(text: str) -> str:
 _DIGITS = re.compile(r"\d+")
 
 
+def _singular(word: str) -> str:
+    return word[:-1] if len(word) > 3 and word.endswith("s") and not word.endswith("ss") else word
+
+
 def _context_words(text: str) -> str:
-    """Lower case, the typographic apostrophe as ', each run of digits as one 0: a context model's words
-    (homographs.py), where a number's value says nothing of the homograph beside it."""
-    return _DIGITS.sub("0", text.lower().replace("\u2019", "'"))
+    """Lower case, the typographic apostrophe as ', each run of digits as one 0, a final s dropped (pipes
+    as pipe): a context model's words (homographs.py), where a number's value says nothing of the
+    homograph beside it and a word seen only in the plural still counts in the singular. Applied twice,
+    the same as once (the server applies a bundle's normalization to the source it is given)."""
+    return " ".join(_singular(w) for w in _DIGITS.sub("0", text.lower().replace("\u2019", "'")).split(" "))
 
 
 NORMALIZATIONS: dict[str, Callable[[str], str]] = {

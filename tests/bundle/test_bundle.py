@@ -77,10 +77,13 @@ def test_a_homograph_s_context_is_read_alike_in_training_and_serving(tmp_path):
 
     text = "In 1999 the Lead singer’s band, as I’ve read, played on."
     start = text.index("Lead")
-    assert context_source(text, start, start + 4, 3) == "in 0 the [lead] ^ singer's band ,"
+    assert context_source(text, start, start + 4, 3) == "in 0 the [lead] ^ singer' band ,"
     start = text.index("read")
     assert context_source(text, start, start + 4, 2) == "as i've [read] , played"
     assert context_source("read", 0, 4, 5) == "[read]"  # nothing around it
+    source = context_source("Lead pipes and glasses: the lives of 1990s singers", 0, 4, 9)
+    assert source == "[lead] ^ pipe and glasse : the live of 0s singer"
+    assert normalizer("context-words")(source) == source  # the server normalizes the source again: a no-op
     m = as_manifest({**V1, "homographs": {"model": "ctx", "file": "homographs.tsv", "made_by": "x"},
                      "context": {"window": 5}})
     assert (m.homographs.model, m.homographs.file, m.homographs.extra, m.context.window) == \
