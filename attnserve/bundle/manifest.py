@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from attnserve.bundle.migrate import FORMAT_VERSION, upgrade
+from attnserve.bundle.homographs import ContextSpec, HomographsSpec
 from attnserve.bundle.normalization import normalizer
 
 MANIFEST = "manifest.json"
@@ -116,6 +117,8 @@ class Manifest(Mapping):
     source_hints: SourceHints | None = None
     prosody_memory: ProsodyMemorySpec | None = None
     lexicon: LexiconSpec | None = None
+    homographs: HomographsSpec | None = None  # a G2P bundle's: the context model and its table (homographs.py)
+    context: ContextSpec | None = None  # a context model's: how it reads a homograph's sentence
     files: Mapping[str, str] = field(default_factory=dict)  # file -> sha256, every file but the manifest
     format_version: ClassVar[int] = FORMAT_VERSION  # migrate.upgrade brings an older one here
     extra: Mapping[str, Any] = field(default_factory=dict)  # what experiments record: data, training, metrics, int8, ...
@@ -145,7 +148,9 @@ class Manifest(Mapping):
             attention_modes=tuple(d.get("attention_modes", ("soft",))),
             source_hints=_spec(SourceHints, d.get("source_hints"), "source_hints"),
             prosody_memory=_spec(ProsodyMemorySpec, d.get("prosody_memory"), "prosody_memory"),
-            lexicon=_spec(LexiconSpec, d.get("lexicon"), "lexicon"), files=dict(d.get("files", {})),
+            lexicon=_spec(LexiconSpec, d.get("lexicon"), "lexicon"),
+            homographs=_spec(HomographsSpec, d.get("homographs"), "homographs"),
+            context=_spec(ContextSpec, d.get("context"), "context"), files=dict(d.get("files", {})),
             extra={k: v for k, v in d.items() if k not in typed | {"format_version"}})
 
     def to_dict(self) -> dict:
@@ -160,7 +165,7 @@ class Manifest(Mapping):
         if self.max_output_len is not None:
             out["max_output_len"] = self.max_output_len
         out |= {"has_attention": self.has_attention, "attention_modes": list(self.attention_modes)}
-        for key in ("source_hints", "prosody_memory", "lexicon"):
+        for key in ("source_hints", "prosody_memory", "lexicon", "homographs", "context"):
             if getattr(self, key) is not None:
                 out[key] = _json(getattr(self, key))
         return {**out, **self.extra, "files": dict(self.files)}

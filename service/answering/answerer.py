@@ -14,13 +14,16 @@ alphabet) and batcher. Knows nothing of gRPC.
 """
 from __future__ import annotations
 
+import asyncio
 from collections import Counter
 from dataclasses import replace
 
 from service.answering.cache import Answer, ResponseCache
 from service.answering.compound import SEPARATORS, join_words, split_words
+from service.answering.context import ContextChooser
 from service.answering.lexicon import KnownWords, Lexicon
-from service.answering.reading import SaidMemo, TextAnswer, assemble, check_alphabet, word_keys, word_separator
+from service.answering.reading import (Said, SaidMemo, TextAnswer, assemble, check_alphabet, homograph_asks, said_of,
+                                       word_keys, word_separator)
 from service.answering.alphabet import IPA, is_arpabet
 from service.answering.languages.registry import reader
 from service.answering.text import Script
@@ -33,6 +36,7 @@ from service.scheduling.batcher import Batcher
 
 
 OPTIONS_ENTRIES = 1000  # distinct decode options kept as one object each (emptied whole when full)
+FORCED_ENTRIES = 20000  # homographs' chosen readings, forced, kept (emptied whole when full)
 
 
 def script_of(engine: Engine) -> Script:
@@ -45,7 +49,8 @@ def script_of(engine: Engine) -> Script:
 
 class Answerer:
     def __init__(self, engine: Engine, batcher: Batcher, cfg: AnswerConfig, metrics: ModelMetrics,
-                 lexicon: Lexicon | None = None, text_rules: TextRules | None = None):
+                 lexicon: Lexicon | None = None, text_rules: TextRules | None = None,
+                 chooser: ContextChooser | None = None):
         self.engine = engine
         self.batcher = batcher
         self.cfg = cfg
@@ -61,7 +66,9 @@ class Answerer:
         self._options: dict[DecodeOptions, DecodeOptions] = {}
         self._reader = reader(self.text_rules)
         self._script = script_of(engine)  # what the model reads, as values
-        self._said = SaidMemo(self.tgt_joiner, engine.tgt_vocab, cfg.lexicon)
+        self.chooser = chooser if cfg.lexicon else None  # homographs read by their sentence (context.py)
+        self._said = SaidMemo(self.tgt_joiner, engine.tgt_vocab, cfg.lexicon, self.chooser.model if self.chooser else "")
+        self._forced: dict[tuple, object] = {}  # (word, reading, options) -> its forced hypothesis
 
     async def transduce(self, texts: list[str], options: DecodeOptions = GREEDY,
                         deadline_s: float | None = None) -> list[list[Decoded]]:
@@ -102,12 +109,54 @@ class Answerer:
         read = [self._reader.read(t, self._script, known) for t in texts]
         keys = word_keys(read, options.allow_unknown, self.engine.tokenize)
         unique = list(dict.fromkeys(keys.values()))
-        answers = await self._answer([list(k) for k in unique], options, deadline_s)
+        asks = homograph_asks(texts, read, self.chooser, options)
+        if asks:  # the words and the homographs' readings at once: the context model has its own batcher
+            answers, chosen = await asyncio.gather(self._answer([list(k) for k in unique], options, deadline_s),
+                                                   self.chooser.choose([a[1:4] for a in asks], deadline_s))
+        else:
+            answers, chosen = await self._answer([list(k) for k in unique], options, deadline_s), []
         ipa = alphabet == IPA
         said = {k: self._said.get(k, a, options, ipa) for k, a in zip(unique, answers)}
+        by_text = await self._readings(asks, chosen, keys, dict(zip(unique, answers)), said, options, ipa, deadline_s)
         separator = word_separator(separator, ipa, self.tgt_joiner)
         return [assemble(text, tokens, keys, said, options.allow_unknown, separator, attention, self._script.normalize,
-                         lambda w: self._said.given(w, ipa)) for text, tokens in zip(texts, read)]
+                         lambda w: self._said.given(w, ipa), by_text.get(i))
+                for i, (text, tokens) in enumerate(zip(texts, read))]
+
+    async def _readings(self, asks: list, chosen: list, keys: dict, answers: dict, said: dict, options: DecodeOptions,
+                        ipa: bool, deadline_s: float | None) -> dict[int, dict[tuple[int, int], Said]]:
+        """Each homograph's answer as shown, by text and span: the reading its context chose (forced
+        through this model for its score and attention where it is not the word's primary one), or
+        the primary one, saying why."""
+        out: dict[int, dict[tuple[int, int], Said]] = {}
+        need = []  # (word, reading) whose forced hypothesis is not kept yet
+        for (i, _, start, end, word), c in zip(asks, chosen):
+            key = keys[word]
+            base = said[key]
+            if c is None:
+                out.setdefault(i, {})[(start, end)] = replace(base, choice=self.chooser.not_served())
+            elif c.ids not in map(tuple, answers[key].pronunciations or ()):
+                out.setdefault(i, {})[(start, end)] = base  # an override's, or the lexicon bypassed: as it is
+            elif c.ids == tuple(base.hyp.output_ids):
+                out.setdefault(i, {})[(start, end)] = replace(base, choice=c.choice)
+            elif (key, c.ids, options) not in self._forced:
+                need.append((key, c.ids))
+        need = list(dict.fromkeys(need))
+        if need:
+            results = await self.batcher.submit([Source(list(k), list(ids)) for k, ids in need], options, deadline_s)
+            if len(self._forced) + len(need) > FORCED_ENTRIES:
+                self._forced.clear()
+            for (k, ids), hyps in zip(need, results):
+                self._forced[(k, ids, options)] = replace(hyps[0], origin=answers[k].hyps[0].origin)
+        for (i, _, start, end, word), c in zip(asks, chosen):
+            key = keys[word]
+            if c is None or (start, end) in out.get(i, {}):
+                continue
+            hyp = self._forced[(key, c.ids, options)]
+            shown = said_of(Answer([hyp], answers[key].pronunciations), options, ipa, self.tgt_joiner,
+                            self.engine.tgt_vocab, self.cfg.lexicon)
+            out.setdefault(i, {})[(start, end)] = replace(shown, choice=c.choice)
+        return out
 
     def same_options(self, options: DecodeOptions) -> DecodeOptions:
         """One object for equal options: each call parses its own, and the cache's keys (a word and its

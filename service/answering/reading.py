@@ -7,7 +7,10 @@ attention mapped back onto the characters of the text.
 
 A word the lexicon has several pronunciations of (read, record, live, lead) gets the lexicon's first,
 its primary one, and says so; the others come as alternatives, from the pronunciations the one
-lookup found (cache.Answer). Nothing chooses by context here.
+lookup found (cache.Answer). Where the model's bundle names a context model (context.py) and it
+covers the word, the reading is chosen by the word's sentence instead: each such occurrence
+(homograph_asks) gets its own answer, by its span (assemble's `chosen`), its choice naming the
+context words that decided it; the others stay as alternatives.
 
 A word whose pronunciation a text rule gives (an elided clitic, text.py) is not answered: its
 answer is the rule's symbols, attention spread over its letters. A word answered with nothing (no
@@ -90,13 +93,15 @@ def char_attention(normalize: Callable[[str], str], word: Spoken, attn: np.ndarr
     return out
 
 
-def _choice(pronunciations: Targets | None, origin: str, options: DecodeOptions, lexicon_on: bool) -> str:
+def _choice(pronunciations: Targets | None, origin: str, options: DecodeOptions, lexicon_on: bool,
+            context: str = "") -> str:
     if origin == OVERRIDE:
         return "override: the model's own word"
     if origin == LEXICON:
         n = len(pronunciations) if pronunciations else 1
+        rule = f"the context model {context!r} does not cover it" if context else "no context model"
         return "lexicon: its only pronunciation" if n == 1 else \
-            f"lexicon: the first of its {n} pronunciations (the primary one; no context model)"
+            f"lexicon: the first of its {n} pronunciations (the primary one; {rule})"
     if options.bypass_lexicon or not lexicon_on:
         return "model: the lexicon was bypassed"
     return "model: not in the lexicon"
@@ -116,8 +121,20 @@ def word_keys(read: list[list[Token]], allow_unknown: bool,
     return keys
 
 
+def homograph_asks(texts: list[str], read: list[list[Token]], chooser, options: DecodeOptions
+                   ) -> list[tuple[int, str, int, int, str]]:
+    """(text index, text, start, end, word) of each word of the texts whose reading the chooser decides by
+    its sentence: a word read as written (not a number's), answered from the lexicon (not bypassed),
+    that the context model covers."""
+    if chooser is None or options.bypass_lexicon:
+        return []
+    return [(i, text, w.start, w.end, w.text) for i, (text, tokens) in enumerate(zip(texts, read)) for t in tokens
+            if t.words and (not t.unread or options.allow_unknown)
+            for w in t.words if w.said is None and w.letters is not None and chooser.covers(w.text)]
+
+
 def said_of(answer: Answer, options: DecodeOptions, ipa: bool, joiner: str, tgt_vocab: list[str],
-            lexicon_on: bool) -> Said:
+            lexicon_on: bool, context: str = "") -> Said:
     """A word's answer as shown, from its hypothesis and the pronunciations its lookup found."""
     hyp = answer.hyps[0]
     alternatives = []
@@ -129,16 +146,17 @@ def said_of(answer: Answer, options: DecodeOptions, ipa: bool, joiner: str, tgt_
     else:
         tokens, text = list(hyp.output_tokens), joiner.join(hyp.output_tokens)
         shown = tuple(joiner.join(a) for a in alternatives)
-    return Said(hyp, tokens, text, shown, _choice(answer.pronunciations, hyp.origin, options, lexicon_on))
+    return Said(hyp, tokens, text, shown, _choice(answer.pronunciations, hyp.origin, options, lexicon_on, context))
 
 
 class SaidMemo:
     """Words' answers as shown, each kept while the answer it was made from is the one the answerer
     gives (the same hypothesis, out of its response cache): running text repeats its words. Holds the
-    model's output vocabulary and joiner and whether its lexicon is on, as values."""
+    model's output vocabulary and joiner, whether its lexicon is on and its context model's name ("" none),
+    as values."""
 
-    def __init__(self, joiner: str, tgt_vocab: list[str], lexicon_on: bool):
-        self.joiner, self.tgt_vocab, self.lexicon_on = joiner, tgt_vocab, lexicon_on
+    def __init__(self, joiner: str, tgt_vocab: list[str], lexicon_on: bool, context: str = ""):
+        self.joiner, self.tgt_vocab, self.lexicon_on, self.context = joiner, tgt_vocab, lexicon_on, context
         self._said: dict[tuple, Said] = {}
 
     def given(self, word: Spoken, ipa: bool) -> Said:
@@ -163,7 +181,7 @@ class SaidMemo:
     def get(self, key: tuple[str, ...], answer: Answer, options: DecodeOptions, ipa: bool) -> Said:
         shown = self._said.get((key, ipa, options))
         if shown is None or shown.hyp is not answer.hyps[0]:  # not seen, or answered anew since
-            shown = said_of(answer, options, ipa, self.joiner, self.tgt_vocab, self.lexicon_on)
+            shown = said_of(answer, options, ipa, self.joiner, self.tgt_vocab, self.lexicon_on, self.context)
             if len(self._said) >= SAID_ENTRIES:
                 self._said.clear()
             self._said[(key, ipa, options)] = shown
@@ -179,15 +197,17 @@ def word_separator(separator: str | None, ipa: bool, joiner: str) -> str:
 
 def assemble(text: str, tokens: list[Token], keys: dict[str, tuple[str, ...]], said: dict[tuple[str, ...], Said],
              allow_unknown: bool, separator: str, attention: bool, normalize: Callable[[str], str],
-             given: Callable[[Spoken], Said] | None = None) -> TextAnswer:
+             given: Callable[[Spoken], Said] | None = None,
+             chosen: dict[tuple[int, int], Said] | None = None) -> TextAnswer:
     """A text's answer from its read tokens and its words' answers as shown (keys: word_keys()),
-    the words a rule pronounces by `given` (SaidMemo.given)."""
+    the words a rule pronounces by `given` (SaidMemo.given), a homograph by its span's in `chosen`."""
     out, parts = [], []
     for token in tokens:
         words, empty = [], set()
         if token.words and (not token.unread or allow_unknown):
             for w in token.words:
-                s = said[keys[w.text]] if w.said is None else given(w)
+                s = given(w) if w.said is not None else \
+                    chosen[(w.start, w.end)] if chosen and (w.start, w.end) in chosen else said[keys[w.text]]
                 choice = s.choice
                 if not s.tokens:  # nothing to say is not a reading: flagged, with the reason
                     empty.update(i for i in range(w.start, w.end) if not text[i].isspace())

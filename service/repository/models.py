@@ -19,8 +19,11 @@ import asyncio
 import logging
 import time
 from pathlib import Path
+from typing import Callable
 
+from attnserve.bundle.homographs import read_table
 from service.answering.answerer import Answerer
+from service.answering.context import ContextChooser
 from service.answering.lexicon import Lexicon, read_entries, read_tsv
 from service.answering.textrules import TextRules, read_rules
 from service.config import Config, EngineConfig
@@ -57,6 +60,26 @@ def read_lexicon(bundle: Bundle, engine: Engine) -> Lexicon:
         raise BundleError(bundle.path, f"its lexicon is refused: {e}") from None
 
 
+def context_chooser(bundle: Bundle, engine: Engine, peer: Callable[[str], "ModelManager | None"]) -> ContextChooser | None:
+    """The bundle's homographs read by context (manifest `homographs`): its table in the model's output ids,
+    and the context model reached through `peer` at each call (it may load later, or be reloaded)."""
+    spec = bundle.manifest.homographs
+    if spec is None:
+        return None
+
+    def current() -> tuple | None:
+        manager = peer(spec.model)
+        if manager is None or manager.answerer is None or manager.bundle.manifest.context is None:
+            return None
+        return manager.answerer, manager.bundle.manifest.context.window
+
+    try:
+        table = read_table(bundle.path / spec.file)
+        return ContextChooser.of(spec.model, table, lambda p: engine.target_ids(engine.tokenize_target(p)), current)
+    except (OSError, ValueError) as e:
+        raise BundleError(bundle.path, f"its homographs table is refused: {e}") from None
+
+
 def read_overrides(path: Path, engine: Engine) -> dict:
     """A model's overrides file; {} when there is none; LexiconError naming file:line when bad."""
     if not path.is_file():
@@ -79,8 +102,10 @@ def _manifest_mtime(path: Path) -> float | None:
 
 
 class ModelManager:
-    def __init__(self, name: str, model_dir: Path, cfg: Config, metrics: ModelMetrics):
+    def __init__(self, name: str, model_dir: Path, cfg: Config, metrics: ModelMetrics,
+                 peer: Callable[[str], "ModelManager | None"] = lambda name: None):
         self.name = name  # the repository's name for it: its directory's
+        self.peer = peer  # another served model by name (a context model), None where it is not served
         self.model_dir = Path(model_dir)
         self.cfg = cfg
         self.metrics = metrics
@@ -132,6 +157,7 @@ class ModelManager:
             log.error("%s: onnxruntime cannot load or run its graphs: %s: %s", bundle.path, type(e).__name__, e)
             raise BundleError(bundle.path, "cannot load or run its ONNX graphs, refusing it") from e
         lexicon = await loop.run_in_executor(None, read_lexicon, bundle, engine)
+        chooser = await loop.run_in_executor(None, context_chooser, bundle, engine, self.peer)
         overrides = self.answerer.lexicon.overrides if self.answerer is not None else {}
         stamp = _mtime(self.overrides_path)
         try:
@@ -142,7 +168,8 @@ class ModelManager:
         rules = await loop.run_in_executor(None, self._read_text_rules, bundle)
         batcher = make_batcher(engine, self.cfg.batcher, self.metrics)
         batcher.start()
-        answerer = Answerer(engine, batcher, self.cfg.answering, self.metrics, lexicon.with_overrides(overrides), rules)
+        answerer = Answerer(engine, batcher, self.cfg.answering, self.metrics, lexicon.with_overrides(overrides), rules,
+                            chooser)
         old = self.answerer.batcher if self.answerer is not None else None
         self.answerer, self.bundle = answerer, bundle  # the swap: new calls go to the new version from here on
         self.metrics.model_load_seconds.set(time.perf_counter() - started)

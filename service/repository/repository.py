@@ -188,7 +188,7 @@ class ModelRepository:
 
     async def _start(self, name: str, path: Path) -> ModelManager:
         """Load a model not served yet; it is served from here on, or recorded as failed (and raises)."""
-        manager = ModelManager(name, path, self.cfg, self.metrics.for_model(name))
+        manager = ModelManager(name, path, self.cfg, self.metrics.for_model(name), self.models.get)
         self.unloaded.discard(name)
         try:
             await manager.load()

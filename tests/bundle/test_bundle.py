@@ -32,7 +32,8 @@ def test_every_shipped_manifest_reads_and_states_its_normalization_once():
         on_disk = json.loads(path.read_text(encoding="utf-8"))
         m = read(path.parent)
         assert m.source_normalization == on_disk["source_normalization"], path
-        assert lowercases(m.source_normalization) == on_disk["lowercase_input"], path
+        if "lowercase_input" in on_disk:  # format 1's; format 2 states the normalization alone
+            assert lowercases(m.source_normalization) == on_disk["lowercase_input"], path
         d = m.to_dict()
         assert "lowercase_input" not in d and "source_normalization" not in d.get("text_policy", {}), path
 
@@ -69,3 +70,28 @@ def test_one_table_of_normalizations_for_training_and_serving():
     assert normalizer("nfkd-strip-accents-lower")("Ångström") == "angstrom"
     with pytest.raises(ValueError, match="'as-written' is not one of"):
         normalizer("as-written")
+
+
+def test_a_homograph_s_context_is_read_alike_in_training_and_serving(tmp_path):
+    from attnserve.bundle.homographs import context_source, read_table
+
+    text = "In 1999 the Lead singer’s band, as I’ve read, played on."
+    start = text.index("Lead")
+    assert context_source(text, start, start + 4, 3) == "in 0 the [lead] ^ singer' band ,"
+    start = text.index("read")
+    assert context_source(text, start, start + 4, 2) == "as i've [read] , played"
+    assert context_source("read", 0, 4, 5) == "[read]"  # nothing around it
+    source = context_source("Lead pipes and glasses: the lives of 1990s singers", 0, 4, 9)
+    assert source == "[lead] ^ pipe and glasse : the live of 0s singer"
+    assert normalizer("context-words")(source) == source  # the server normalizes the source again: a no-op
+    m = as_manifest({**V1, "homographs": {"model": "ctx", "file": "homographs.tsv", "made_by": "x"},
+                     "context": {"window": 5}})
+    assert (m.homographs.model, m.homographs.file, m.homographs.extra, m.context.window) == \
+           ("ctx", "homographs.tsv", {"made_by": "x"}, 5)
+    assert as_manifest(m.to_dict()) == m  # written and read back the same
+    table = tmp_path / "homographs.tsv"
+    table.write_text("# comment\nread\tread_past\tR EH1 D\nRead\tread_present\tR IY1 D\n", encoding="utf-8")
+    assert read_table(table) == {"read": {"read_past": "R EH1 D", "read_present": "R IY1 D"}}
+    table.write_text("read\tread_past\tR EH1 D\nread\tread_past\tR IY1 D\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=":2: wordid 'read_past' is listed twice"):
+        read_table(table)
