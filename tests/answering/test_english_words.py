@@ -101,3 +101,12 @@ def test_english_is_scored_against_wikipron_and_cmudict():
     # the file scripts/wikipron_lexicons.py wrote holds both
     gold = {w.word: w for w in frequent_words.read_frequent(frequent_words.FREQUENT_DIR / "eng_us.tsv")}
     assert {by_sound(p, "eng_us") for p in gold["said"].right} >= {"saɪd", "sɛd"}
+
+
+def test_the_cross_checks_folds():
+    fold = script("english_cross_check").fold
+    heard = lambda p: fold(by_sound(p, "eng_us"))  # noqa: E731
+    assert heard("k ɔ s t") == heard("k ɑ s t")  # cot-caught
+    assert heard("f ɔ ɹ") != heard("f ɑ ɹ")  # but not before r: for is not far
+    assert heard("b ɪ z n ə s") == heard("b ɪ z n ɪ s")  # the reduced vowel
+    assert heard("s ɛ d") != heard("s a ɪ d")
