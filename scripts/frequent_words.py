@@ -20,9 +20,10 @@ those tokens of running text read right:
 Where the task's reading is not what running text needs, the word is scored against what text needs
 (TEXT_NEEDS): Japanese は, へ and を are, in running text, the particles read わ, え and お, not the
 nouns WikiPron transcribes; English `the` may be ðə (TEXT_ALSO). English is scored on every English
-model, the ARPAbet ones asked for IPA, comparing by the American sound (training/wikipron.by_sound:
+model, the ARPAbet ones asked for IPA, against WikiPron's readings and CMUdict's (the file holds
+both: scripts/wikipron_lexicons.py), comparing by the American sound (training/wikipron.by_sound:
 length, stress and the notations of one sound that WikiPron and ARPAbet's IPA write differently
-folded), since the task edited WikiPron's English. Korean endings and particles are scored as
+folded), since the task edited WikiPron's English (scripts/english_cross_check.py: each alone). Korean endings and particles are scored as
 WikiPron reads them alone, which is how a text of that one word is read. One JSON line per
 language on stdout; --out writes the table.
 """

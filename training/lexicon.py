@@ -22,7 +22,7 @@ from typing import Callable
 from attnserve.bundle.manifest import sha256_file
 from attnserve.bundle.normalization import normalizer
 from training.data import SPECIALS, SPLITS, load_described
-from training.wikipron import COMMIT, OUT_DIR, read_tsv
+from training.wikipron import COMMIT, OUT_DIR, by_sound, read_tsv
 
 FILE = "lexicon.tsv"
 # (word, its pronunciations) -> each word's pronunciations, the primary one first
@@ -138,6 +138,46 @@ def by_the_model(bundle) -> Ranker:
     return rank
 
 
+def by_the_hint_then_the_model(bundle) -> Ranker:
+    """For a bundle with source hints (g2p-eng-us-ipa: CMUdict's first transcription of a word in the
+    task's IPA, attnserve/bundle/hints.py), the pronunciation nearest the word's hint by sound first,
+    the model's order among those as near: the model alone puts WikiPron's rare readings first in
+    frequent short words (`is` a ɪ z, the plural of the letter, before ɪ z), which CMUdict, the
+    curated dictionary, gives as running text reads them. Without hints, the model's order."""
+    by_model = by_the_model(bundle)
+    hints = bundle.manifest.source_hints and _hints(bundle)
+    if not hints:
+        return by_model
+    language = bundle.manifest.language
+
+    def rank(words: list[tuple[str, list[str]]]) -> list[list[str]]:
+        out = []
+        for (word, _), order in zip(words, by_model(words)):
+            hint = hints.get(word)
+            if hint is not None:
+                heard = by_sound(hint, language)
+                order = sorted(order, key=lambda p: _distance(by_sound(p, language), heard))  # stable
+            out.append(order)
+        return out
+    return rank
+
+
+def _hints(bundle) -> dict[str, str]:
+    from attnserve.bundle import hints
+    loaded = hints.load(bundle.manifest, bundle.path)
+    return loaded.by_word if loaded else {}
+
+
+def _distance(a: str, b: str) -> int:
+    """Levenshtein distance between two strings (characters)."""
+    row = list(range(len(b) + 1))
+    for i, x in enumerate(a, 1):
+        prev, row[0] = row[0], i
+        for j, y in enumerate(b, 1):
+            prev, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, prev + (x != y))
+    return row[-1]
+
+
 def rebuild(path: Path) -> None:
     from service.engine.bundle import MANIFEST, load_bundle
 
@@ -149,7 +189,7 @@ def rebuild(path: Path) -> None:
     lexicon = write_lexicon(bundle.path, {**written, **{k: bundle.manifest[k] for k in ("data", "tgt_vocab")},
                                           "language": bundle.manifest.language,
                                           "source_normalization": bundle.manifest.source_normalization},
-                            by_the_model(bundle))["lexicon"]
+                            by_the_hint_then_the_model(bundle))["lexicon"]
     written["lexicon"] = lexicon
     written["files"] = {**written.get("files", {}), FILE: sha256_file(bundle.path / FILE)}
     manifest.write_text(json.dumps(written, indent=2) + "\n", encoding="utf-8")

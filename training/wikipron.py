@@ -49,10 +49,12 @@ LANGUAGES = {  # task code -> its bundle, WikiPron file and wordfreq list
     "wel_sw": Language("g2p-cym-sw", "wel_sw_phonemic_filtered.tsv", ""),
 }
 
-# English's frequent words are scored (scripts/frequent_words.py), never added to a lexicon here:
-# the English bundles' lexicons are CMUdict's and the task's. Every English model is scored on them,
-# the ARPAbet ones in IPA (service/answering/alphabet.py).
+# English: WikiPron's frequent words are g2p-eng-us-ipa's lexicon (in LANGUAGES too), never the
+# ARPAbet bundles' (CMUdict's and the task's). Every English model is scored on them, the ARPAbet
+# ones in IPA (service/answering/alphabet.py), against WikiPron's readings and CMUdict's
+# (scripts/wikipron_lexicons.py): the task edited WikiPron's English.
 ENGLISH = {"eng_us": Language("g2p-eng-us-ipa", "eng_us_phonemic_filtered.tsv", "en")}
+LANGUAGES["eng_us"] = ENGLISH["eng_us"]
 ENGLISH_MODELS = ("g2p-eng-us-ipa", "g2p-en", "g2p-en-stress", "g2p-en-compact")
 # What a listener does not hear as another word, dropped before two English pronunciations are
 # compared: length (the task dropped WikiPron's), stress marks (the ARPAbet models' IPA has them where
@@ -73,6 +75,14 @@ _AFFRICATES = {
             (("d", "z"), "d͡z", ("ძ",)), (("t", "ʃ"), "t͡ʃ", ("ჩ",)), (("d", "ʒ"), "d͡ʒ", ("ჯ",))],
     "bul": [(("t", "s"), "t͡s", ("ц",)), (("t", "ʃ"), "t͡ʃ", ("ч",)), (("d", "ʒ"), "d͡ʒ", ("дж",))],
 }
+# English US: how the task rewrote WikiPron's segments (its every train, dev and test word that
+# WikiPron has is reproduced so: data/wikipron/counts.json). Vowel length is dropped but on a (aː
+# kept); these pairs are one segment or one sound in the task's notation, longest match first...
+_ENG_PAIRS = {("t", "ʃ"): ("t͡ʃ",), ("d", "ʒ"): ("d͡ʒ",), ("ə", "ʊ"): ("o", "ʊ"), ("ɛ", "ə"): ("ɛ",),
+              ("o", "ɹ"): ("ɔ", "ɹ"), ("i", "ɹ"): ("ɪ", "ɹ"), ("h", "w"): ("w",)}
+# ...and these segments are written as another (wine-whine merged, ɒ as the American ɔ).
+_ENG_SEGMENTS = {"ɒ": "ɔ", "ʍ": "w"}
+_ENG_LONG_VOWELS = set("iuɑɔɜɝɛoɪæe")
 # Segments the task's Bulgarian never has, written as the one it has for them (every l is ɫ, every
 # plain t and d dental).
 _BUL_SEGMENTS = {"l": "ɫ", "t": "t̪", "d": "d̪"}
@@ -80,6 +90,8 @@ _BUL_SEGMENTS = {"l": "ɫ", "t": "t̪", "d": "d̪"}
 
 def to_task(code: str, word: str, pron: str) -> str | None:
     """WikiPron's pronunciation of `word` in the task's conventions; None where that is not sure."""
+    if code == "eng_us":
+        return _to_task_english(pron)
     if code not in _AFFRICATES:
         return pron
     segments = pron.split()
@@ -98,6 +110,16 @@ def to_task(code: str, word: str, pron: str) -> str | None:
     if code == "bul":
         segments = [_BUL_SEGMENTS.get(s, s) for s in segments]
     return " ".join(segments)
+
+
+def _to_task_english(pron: str) -> str:
+    segments = [s.replace("ː", "") if s[0] in _ENG_LONG_VOWELS else s for s in pron.split()]
+    out, i = [], 0
+    while i < len(segments):
+        pair = _ENG_PAIRS.get(tuple(segments[i:i + 2]))
+        out += pair or [segments[i]]
+        i += 2 if pair else 1
+    return " ".join(_ENG_SEGMENTS.get(s, s) for s in out)
 
 
 def by_sound(pron: str, code: str = "") -> str:
