@@ -44,7 +44,7 @@ from training.data import references
 from training.encoder_choice import choose
 from training.evaluate import evaluate_engine, load_splits
 from training.rowwise_int8 import can_write_out, quantize_rowwise, quantized_ops
-from training.rowwise_step import bounded_state_inputs, fused_one_step
+from training.rowwise_step import bounded_state_inputs, folded_input, fused_one_step
 
 DYNAMIC_OPS = ["MatMul", "Gemm", "LSTM"]
 SCORE_TOLERANCE = 1e-4  # a word's score alone and in a batch agree within this
@@ -53,7 +53,7 @@ _S7 = ("int8 weights within [-64, 64] (a scale per output column), activations q
        "products")
 _STEP = "the decoder step's LSTM cells written out"
 _FUSED = ("the decoder step's LSTM in fewer, larger nodes (training/rowwise_step.py: embedding folded into its "
-          "weights, [feed; h] in one product at a fixed scale)")
+          "weights, [feed; h] in one product at a fixed scale), the encoder's embedding folded into its first layer")
 METHODS = {"rowwise": f"training/rowwise_int8.py: {_S7}; {_FUSED}; the encoder's LSTMs onnxruntime's fp32 op or "
                       "written out in a Scan over its steps, whichever make quantize timed faster "
                       "(training/encoder_choice.py)",
@@ -83,7 +83,8 @@ def write_int8_graph(source: Path, target: Path, role: str, method: str, encoder
     step = role == "decoder_step"
     bounded = bounded_state_inputs(graph, onnx.load(encoder)) if fused and step and encoder else set()
     model = quantize_rowwise(graph, one_step_lstm=step, scan_lstms=bool(scan if scan_lstms == "timed" else scan_lstms),
-                             weights=weights, write_step=fused_one_step if fused else None, bounded_inputs=bounded)
+                             weights=weights, write_step=fused_one_step if fused else None, bounded_inputs=bounded,
+                             fold_input=folded_input if fused else None)
     onnx.save(model, target)
     return quantized_ops(model)
 

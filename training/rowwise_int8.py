@@ -181,13 +181,15 @@ class _Lstm(NamedTuple):
     outputs: list  # the node's Y, Y_h, Y_c ("" where unused)
 
 
-def _take_apart(g: _Graph, c: dict, node: onnx.NodeProto, inits: dict, bounded: set) -> _Lstm:
+def _take_apart(g: _Graph, c: dict, node: onnx.NodeProto, inits: dict, bounded: set, fold=None) -> _Lstm:
+    """fold(x, weight, bias): x weight + bias another way where it returns a name (rowwise_step.folded_input)."""
     x, w, r, b, _, h0, c0 = _check_lstm(node)
     W, R = numpy_helper.to_array(inits[w])[0], numpy_helper.to_array(inits[r])[0]  # (4H, in), (4H, H)
     H = R.shape[1]
     bias = numpy_helper.to_array(inits[b])[0] if b else np.zeros(8 * H, np.float32)
-    x_proj = g.op("Add", [rowwise_matmul(g, c, x, W.T, bounded=x in bounded),
-                          g.const("bias", (bias[:4 * H] + bias[4 * H:]).astype(np.float32))])
+    bias = (bias[:4 * H] + bias[4 * H:]).astype(np.float32)
+    x_proj = (fold and fold(x, W.T, bias)) or g.op("Add", [rowwise_matmul(g, c, x, W.T, bounded=x in bounded),
+                                                         g.const("bias", bias)])
     return _Lstm(x_proj, g.op("Squeeze", [h0, c["axis0"]]), g.op("Squeeze", [c0, c["axis0"]]), R,
                  (list(node.output) + ["", "", ""])[:3])
 
@@ -323,7 +325,8 @@ def _rewrite_gemm(g: _Graph, c: dict, node: onnx.NodeProto, inits: dict, bounded
 
 
 def quantize_rowwise(model: onnx.ModelProto, one_step_lstm: bool, scan_lstms: bool = False,
-                     weights: str = "u8", write_step=None, bounded_inputs=frozenset()) -> onnx.ModelProto:
+                     weights: str = "u8", write_step=None, bounded_inputs=frozenset(),
+                     fold_input=None) -> onnx.ModelProto:
     """The model with its MatMul/Gemm nodes that have constant weights, and its LSTMs, in per-row int8.
 
     one_step_lstm: the graph is a decoder step (each LSTM runs one step, written inline). Else each
@@ -331,6 +334,7 @@ def quantize_rowwise(model: onnx.ModelProto, one_step_lstm: bool, scan_lstms: bo
     onnxruntime's fp32 LSTM op, which ran faster than that Scan here in batches (alone too, but for g2p-en's).
     weights: their form, WEIGHT_FORMS. write_step: writes a decoder step's LSTM node another way where it
     returns True (training/rowwise_step.fused_one_step). bounded_inputs: graph inputs known to lie in [-1, 1].
+    fold_input: computes an LSTM's input projection another way where it returns a name (rowwise_step.folded_input).
     """
 
     model = onnx.ModelProto.FromString(model.SerializeToString())
@@ -353,7 +357,8 @@ def quantize_rowwise(model: onnx.ModelProto, one_step_lstm: bool, scan_lstms: bo
                 g.nodes.append(node)
                 continue
             group = groups.get(id(node), []) if not one_step_lstm else [node]
-            lstms = [_take_apart(g, c, n, inits, bounded) for n in group]
+            fold = (lambda x, w, b: fold_input(g, c, x, w, b, producer, inits, shapes)) if fold_input else None
+            lstms = [_take_apart(g, c, n, inits, bounded, fold) for n in group]
             for lstm in lstms if one_step_lstm else ():
                 _one_step(g, c, lstm)
             if lstms and not one_step_lstm:

@@ -12,7 +12,9 @@ by row:
   product;
 - anything else keeps a scale of its own per row, as before.
 A row's gates are thus the same alone or in any batch, by construction. Where the input is not such
-a concatenation, the step is written as rowwise_int8._one_step writes it.
+a concatenation, the step is written as rowwise_int8._one_step writes it. An encoder layer whose input
+is the embedding lookup (reversed per source for the backward direction) takes the same fold for its
+input projection (folded_input).
 """
 from __future__ import annotations
 
@@ -94,6 +96,49 @@ def fused_one_step(g: _Graph, c: dict, node: onnx.NodeProto, inits: dict, produc
     lstm = _Lstm("", h, "", R, (list(node.output) + ["", "", ""])[:3])
     _give_outputs(g, c, lstm, g.op("Unsqueeze", [h_new, c["axis0"]]), h_new, c_new)
     return True
+
+
+def _lookup_chain(x: str, producer: dict, inits: dict, shapes: dict):
+    """(table, ids, chain) where x is an embedding lookup, Gather(constant (V, E) table, ids), then
+    row reorderings that keep the features last: Transposes, and GatherElements along another axis by
+    an index expanded from one of last dim 1 (an encoder's reversal of each source); else None."""
+    chain, name = [], x
+    while (node := producer.get(name)) is not None:
+        if node.op_type == "Transpose" and (perm := _attr(node, "perm")) and perm[-1] == len(perm) - 1:
+            chain.append(node)
+        elif node.op_type == "GatherElements":
+            rank, index = len(shapes.get(node.input[0]) or ()), producer.get(node.input[1])
+            if not rank or _attr(node, "axis", 0) % rank == rank - 1 or index is None or index.op_type != "Expand" \
+                    or (shapes.get(index.input[0]) or [None])[-1] != 1:
+                return None
+            chain.append(node)
+        elif node.op_type == "Gather" and node.input[0] in inits and _attr(node, "axis", 0) == 0:
+            table = numpy_helper.to_array(inits[node.input[0]])
+            return (table, node.input[1], chain[::-1]) if table.ndim == 2 else None
+        else:
+            return None
+        name = node.input[0]
+    return None
+
+
+def folded_input(g: _Graph, c: dict, x: str, weight: np.ndarray, bias: np.ndarray, producer: dict, inits: dict,
+                 shapes: dict) -> str | None:
+    """x weight + bias where x is an embedding lookup (_lookup_chain): the table times the weight, plus the
+    bias, folded at export into an fp32 (V, N) table, gathered by the same ids and reordered as x was; no
+    product, no quantization, and each row its own."""
+    found = _lookup_chain(x, producer, inits, shapes)
+    if found is None or found[0].shape[0] * weight.shape[1] > FOLD_MAX:
+        return None
+    table, ids, chain = found
+    folded = (table.astype(np.float64) @ weight.astype(np.float64) + bias).astype(np.float32)
+    out = g.op("Gather", [g.const("folded_input", folded), ids], axis=0)
+    for node in chain:
+        if node.op_type == "Transpose":
+            out = g.op("Transpose", [out], perm=_attr(node, "perm"))
+        else:  # the same reordering, its index expanded to the folded width
+            index = g.op("Expand", [producer[node.input[1]].input[0], g.op("Shape", [out])])
+            out = g.op("GatherElements", [out, index], axis=_attr(node, "axis", 0))
+    return out
 
 
 def _zeros(graph: onnx.GraphProto) -> set:

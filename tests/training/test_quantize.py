@@ -224,3 +224,34 @@ def test_int8_products_are_the_exact_integer_sums_on_every_cpu(bounded, weights)
     exact = (x_q @ w_q) * s * w_scale  # the integer sums, then the scales
     np.testing.assert_allclose(y, exact, rtol=1e-5, atol=1e-6)
     assert np.abs(y[0, :N // 2]).min() > 0.4 * K  # the saturating case: every product at its largest
+
+
+def test_the_encoders_embedding_is_folded_into_its_first_layers_input_products(quantized):
+    """An encoder layer whose input is the embedding lookup (reversed per source for the backward direction)
+    gathers rows of a table folded at export rather than quantizing and multiplying them: two products fewer,
+    the same encoder outputs within int8's error."""
+    import onnx
+    import onnxruntime as ort
+
+    from service.engine import engine as engine_module
+    from training.rowwise_int8 import quantize_rowwise, quantized_ops
+    from training.rowwise_step import folded_input
+
+    encoder = onnx.load(quantized / "encoder.onnx")
+    plain, folded = (quantize_rowwise(encoder, one_step_lstm=False, scan_lstms=True, weights="s7", fold_input=f)
+                     for f in (None, folded_input))
+    assert quantized_ops(folded)["MatMulIntegerToFloat"] == quantized_ops(plain)["MatMulIntegerToFloat"] - 2
+    m = load_bundle(quantized).manifest
+    words = ["knight", "a", "phoenix"]
+    index = {t: i for i, t in enumerate(m.src_vocab)}
+    src = np.zeros((3, 7), np.int64)
+    for b, w in enumerate(words):
+        src[b, :len(w)] = [index[ch] for ch in w]
+    feeds = {"src": src, "src_len": np.array([len(w) for w in words], np.int64)}
+    outs = [dict(zip([o.name for o in s.get_outputs()], s.run(None, {k: v for k, v in feeds.items()
+                                                                      if k in {i.name for i in s.get_inputs()}})))
+            for s in (ort.InferenceSession(g.SerializeToString(), engine_module._session_options(1),
+                                           providers=["CPUExecutionProvider"]) for g in (encoder, plain, folded))]
+    ref, before, after = (o["enc_out"] for o in outs)
+    assert np.abs(after - ref).mean() <= 1.2 * np.abs(before - ref).mean() + 1e-4
+    assert np.abs(after - before).max() > 0  # not the same graph
