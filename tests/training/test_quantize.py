@@ -177,6 +177,9 @@ def test_auto_serves_int8_only_where_it_costs_at_most_a_tenth_of_a_point_on_dev(
             "speed": {**speed, "int8_over_fp32": 1.0}}
     assert served_precision({**m, "int8": costly}, "auto") == "fp32"
     assert served_precision({**m, "int8": free}, "auto") == "int8"
+    one_word = {**free, "metrics": {**free["metrics"], "dev": {**free["metrics"]["dev"], "wer": 0.042}}}
+    assert served_precision({**m, "metrics": {**m["metrics"], "dev": {**m["metrics"]["dev"], "wer": 0.041}},
+                             "int8": one_word}, "auto") == "int8"  # 1 word of 1,000: 0.1 points, within
     assert served_precision({**m, "int8": costly}, "int8") == "int8"  # --precision decides when given
     dependent = {**free, "batch_independence": {**free["batch_independence"], "independent": False}}
     assert served_precision({**m, "int8": dependent}, "auto") == "fp32"
