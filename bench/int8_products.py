@@ -1,7 +1,8 @@
 """One int8 product, four ways, at a model's own shapes: `python -m bench.int8_products`.
 
 The per-row product the int8 bundles use (training/rowwise_int8.py: each row of the activations
-quantized with its own scale, uint8 x uint8) beside fp32 and onnxruntime's MatMulNBits (8-bit weights
+quantized with its own scale; uint8 x uint8 in the earlier form, uint8 x int8 with the weights within
+[-64, 64] since issue 69) beside fp32 and onnxruntime's MatMulNBits (8-bit weights
 in blocks along K; accuracy_level 4 quantizes each row of the activations block by block), each a
 one-node-or-chain ONNX graph on one thread. For each shape and batch it prints the time a run takes
 (best of five rounds), the error against numpy's fp32 product, and how far row 0's result moves
@@ -21,8 +22,9 @@ from onnx import TensorProto, helper, numpy_helper
 from training.rowwise_int8 import _Graph, _shared_constants, rowwise_matmul
 
 # g2p-en's decoder step: the LSTM's input product (embedding and attention context), its recurrent
-# product (h lies in (-1, 1): the fixed-scale form), the attention's query product.
-SHAPES = ((1152, 2048, False), (512, 2048, True), (512, 512, False))
+# product (h lies in (-1, 1): the fixed-scale form), the attention's query product; and the fused step's
+# one LSTM product (training/rowwise_step.py: [feed; h], both within (-1, 1)).
+SHAPES = ((1152, 2048, False), (512, 2048, True), (512, 512, False), (1024, 2048, True))
 
 
 def _model(nodes, inits, K: int, N: int):
@@ -37,8 +39,8 @@ def fp32(W: np.ndarray):
     return _model([helper.make_node("MatMul", ["x", "W"], ["y"])], [numpy_helper.from_array(W, "W")], *W.shape)
 
 
-def rowwise(W: np.ndarray, bounded: bool):
-    g = _Graph("q", 17)
+def rowwise(W: np.ndarray, bounded: bool, weights: str = "u8"):
+    g = _Graph("q", 17, weights)
     rowwise_matmul(g, _shared_constants(g), "x", W, "y", bounded=bounded)
     return _model(g.nodes, g.inits, *W.shape)
 
@@ -83,7 +85,8 @@ def main(argv=None) -> int:
     print("| K | N | batch | way | us a run | relative error | row 0 alone - in batch |\n|---|---|---|---|---|---|---|")
     for K, N, bounded in SHAPES:
         W = (rng.standard_normal((K, N)) * 0.05).astype(np.float32)
-        ways = {"fp32": fp32(W), "per-row int8": rowwise(W, bounded), "MatMulNBits 8-bit, block 32": nbits(W, 32, 4),
+        ways = {"fp32": fp32(W), "per-row int8": rowwise(W, bounded),
+                "per-row int8, weights in [-64, 64]": rowwise(W, bounded, "s7"), "MatMulNBits 8-bit, block 32": nbits(W, 32, 4),
                 "MatMulNBits 8-bit, block 128": nbits(W, 128, 4)}
         sessions = {name: session(m) for name, m in ways.items()}
         for M in args.batches:

@@ -15,6 +15,11 @@ projection of every step at once (x W^T, one row per position), then, through a 
 steps (or inline in a one-step decoder graph), h R^T per row, the gates and the new state.
 MatMul and Gemm nodes with constant weights are quantized the same way, a stacked ensemble's batched
 products one member at a time; anything else stays fp32.
+
+Weights are stored in one of two forms (WEIGHT_FORMS), each giving the exact integer sums on every
+CPU: uint8 with zero point 128 (uint8 x uint8, a kernel that widens to 16 bits first), or int8
+within [-64, 64] (uint8 x int8, the kernel onnxruntime runs fastest: VPDPBUSD with VNNI,
+VPMADDUBSW without, whose 16-bit sum of two products 255 x 64 x 2 stays below 32767).
 """
 from __future__ import annotations
 
@@ -24,17 +29,22 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from training.graph_tools import (drop_unused_initializers, live_nodes, quantized_ops,  # noqa: F401 (theirs)
+                                  tensor_shapes, topological)
+
 QUANTIZED_OPS = ("MatMul", "Gemm", "LSTM")
 # A product with fewer output columns (attention's score vector, a small output vocabulary) stays
 # fp32: quantizing its input would cost more than the product itself.
 MIN_COLUMNS = 64
+# The weights' integer range per form: "u8" [-127, 127] stored + 128 as uint8; "s7" [-64, 64] as int8.
+WEIGHT_FORMS = {"u8": 127, "s7": 64}
 
 
 class _Graph:
     """The node list and initializers being built, with fresh names."""
 
-    def __init__(self, prefix: str, opset: int):
-        self.prefix, self.count, self.opset = prefix, 0, opset
+    def __init__(self, prefix: str, opset: int, weights: str = "u8"):
+        self.prefix, self.count, self.opset, self.weights = prefix, 0, opset, weights
         self.nodes: list[onnx.NodeProto] = []
         self.inits: list[onnx.TensorProto] = []
 
@@ -59,19 +69,29 @@ def _shared_constants(g: _Graph) -> dict:
             "f128_5": g.const("f128_5", np.array(128.5, np.float32)),
             "one": g.const("one", np.array(1, np.float32)),
             "zp128": g.const("zp128", np.array(128, np.uint8)),
+            "zp0_s8": g.const("zp0_s8", np.array(0, np.int8)),
             "axis0": g.const("axis0", np.array([0], np.int64))}
 
 
-def quantize_weight(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(K, N) fp32 -> uint8 (K, N) with zero point 128, and one scale per output column (N,), symmetric.
+def quantize_weight(w: np.ndarray, form: str = "u8") -> tuple[np.ndarray, np.ndarray]:
+    """(K, N) fp32 -> integers (K, N) and one scale per output column (N,), symmetric: "u8" uint8 with zero
+    point 128, "s7" int8 within [-64, 64] (zero point 0).
 
-    Stored as uint8 rather than int8: onnxruntime multiplies uint8 by int8 on x86 CPUs without VNNI
-    (AVX2, AVX-512BW) with VPMADDUBSW, whose 16-bit sums of two products saturate (255 x 127 x 2 >
-    32767), so the same graph gave other answers there than on a VNNI CPU. uint8 x uint8 takes a
-    kernel that widens to 16 bits first: every CPU computes the same exact integer sums."""
-    scale = np.maximum(np.abs(w).max(axis=0), 1e-30) / 127.0
-    q = np.clip(np.round(w / scale), -127, 127).astype(np.int16) + 128
-    return q.astype(np.uint8), scale.astype(np.float32)
+    Not int8 over [-127, 127]: onnxruntime multiplies uint8 by int8 on x86 CPUs without VNNI (AVX2,
+    AVX-512BW) with VPMADDUBSW, whose 16-bit sums of two products saturate (255 x 127 x 2 > 32767), so
+    the same graph gave other answers there than on a VNNI CPU. uint8 x uint8 takes a kernel that widens
+    to 16 bits first; int8 within [-64, 64] keeps the pair sums below 32767: either way every CPU
+    computes the same exact integer sums."""
+    top = WEIGHT_FORMS[form]
+    scale = np.maximum(np.abs(w).max(axis=0), 1e-30) / top
+    q = np.clip(np.round(w / scale), -top, top).astype(np.int16)
+    return (q + 128).astype(np.uint8) if form == "u8" else q.astype(np.int8), scale.astype(np.float32)
+
+
+def _weight(g: "_Graph", c: dict, w: np.ndarray) -> tuple[str, str, str]:
+    """The names of w's integers, its column scales and its zero point, in the graph's weight form."""
+    w_q, w_scale = quantize_weight(w, g.weights)
+    return g.const("w_int", w_q), g.const("w_scale", w_scale), c["zp128"] if g.weights == "u8" else c["zp0_s8"]
 
 
 def _quantized_rows(g: _Graph, c: dict, x: str, bounded: bool) -> tuple[str, str, str | None]:
@@ -94,10 +114,10 @@ def rowwise_matmul(g: _Graph, c: dict, x: str, weight: np.ndarray, out: str | No
     bounded: x is known to lie in (-1, 1) (an LSTM's h), so its scale is fixed at 1/127 and
     folded into the weights' scales, which saves computing one per row.
     """
-    w_q, w_scale = quantize_weight(weight)
+    w_q, w_scale, w_zp = _weight(g, c, weight)
     q, a_scale, s = _quantized_rows(g, c, x, bounded)
-    acc = g.op("MatMulIntegerToFloat", [q, g.const("w_uint8", w_q), a_scale, g.const("w_scale", w_scale), c["zp128"],
-                                        c["zp128"]], [out] if out and s is None else None, domain="com.microsoft")
+    acc = g.op("MatMulIntegerToFloat", [q, w_q, a_scale, w_scale, c["zp128"], w_zp],
+               [out] if out and s is None else None, domain="com.microsoft")
     return acc if s is None else g.op("Mul", [acc, s], [out] if out else None)  # acc: in units of the row's scale
 
 
@@ -113,9 +133,8 @@ def member_matmul(g: _Graph, c: dict, x: str, weight: np.ndarray, out: str, boun
     g.op("Split", [q], parts, axis=0, **({"num_outputs": M} if g.opset >= 18 else {}))
     products = []
     for m, part in enumerate(parts):
-        w_q, w_scale = quantize_weight(weight[m].reshape(K, N))
-        products.append(g.op("MatMulIntegerToFloat", [part, g.const("w_uint8", w_q), a_scale,
-                                                      g.const("w_scale", w_scale), c["zp128"], c["zp128"]],
+        w_q, w_scale, w_zp = _weight(g, c, weight[m].reshape(K, N))
+        products.append(g.op("MatMulIntegerToFloat", [part, w_q, a_scale, w_scale, c["zp128"], w_zp],
                              domain="com.microsoft"))
     acc = g.op("Concat", products, [out] if s is None else None, axis=0)
     return acc if s is None else g.op("Mul", [acc, s], [out])
@@ -142,6 +161,17 @@ def _check_lstm(node: onnx.NodeProto):
     return inputs
 
 
+def can_write_out(model: onnx.ModelProto) -> bool:
+    """Whether every LSTM of the graph can be written out per row: constant W and R (not a stacked
+    ensemble's, sliced from its members' at run time) and the form _check_lstm takes."""
+    inits = {t.name for t in model.graph.initializer}
+    try:
+        return all(x[1] in inits and x[2] in inits for x in
+                   (_check_lstm(n) for n in model.graph.node if n.op_type == "LSTM"))
+    except ValueError:
+        return False
+
+
 class _Lstm(NamedTuple):
     """An LSTM node taken apart: its input projection done, its recurrence still to run."""
     x_proj: str  # (S, B, 4H) x W^T + both biases, per-row int8
@@ -151,12 +181,15 @@ class _Lstm(NamedTuple):
     outputs: list  # the node's Y, Y_h, Y_c ("" where unused)
 
 
-def _take_apart(g: _Graph, c: dict, node: onnx.NodeProto, inits: dict) -> _Lstm:
+def _take_apart(g: _Graph, c: dict, node: onnx.NodeProto, inits: dict, bounded: set, fold=None) -> _Lstm:
+    """fold(x, weight, bias): x weight + bias another way where it returns a name (rowwise_step.folded_input)."""
     x, w, r, b, _, h0, c0 = _check_lstm(node)
     W, R = numpy_helper.to_array(inits[w])[0], numpy_helper.to_array(inits[r])[0]  # (4H, in), (4H, H)
     H = R.shape[1]
     bias = numpy_helper.to_array(inits[b])[0] if b else np.zeros(8 * H, np.float32)
-    x_proj = g.op("Add", [rowwise_matmul(g, c, x, W.T), g.const("bias", (bias[:4 * H] + bias[4 * H:]).astype(np.float32))])
+    bias = (bias[:4 * H] + bias[4 * H:]).astype(np.float32)
+    x_proj = (fold and fold(x, W.T, bias)) or g.op("Add", [rowwise_matmul(g, c, x, W.T, bounded=x in bounded),
+                                                         g.const("bias", bias)])
     return _Lstm(x_proj, g.op("Squeeze", [h0, c["axis0"]]), g.op("Squeeze", [c0, c["axis0"]]), R,
                  (list(node.output) + ["", "", ""])[:3])
 
@@ -184,7 +217,7 @@ def _scan(g: _Graph, c: dict, lstms: list):
     encoder layer's two directions), their rows stacked: (k B, H) states, so that the gates and the
     cell are computed once a step for all of them, and only h R^T once per LSTM."""
     k = len(lstms)
-    body = _Graph(g.name("scan_body"), g.opset)
+    body = _Graph(g.name("scan_body"), g.opset, g.weights)
     bc = _shared_constants(body)
     vi = lambda n: helper.make_tensor_value_info(n, TensorProto.FLOAT, None)
     h_prev, c_prev, x_t = body.name("h_prev"), body.name("c_prev"), body.name("x_t")  # (kB, H), (kB, H), (kB, 4H)
@@ -255,37 +288,12 @@ def bounded_tensors(graph: onnx.GraphProto) -> set:
     for n in graph.node:  # in topological order
         if n.op_type in ("Tanh", "Sigmoid") or \
                 (n.op_type in _RANGE_KEEPING and n.input[0] in bounded) or \
-                (n.op_type == "Gather" and n.input[0] in bounded) or \
+                (n.op_type in ("Gather", "GatherElements") and n.input[0] in bounded) or \
                 (n.op_type == "Concat" and all(i in bounded for i in n.input)):
             bounded.update(n.output)
         elif n.op_type == "LSTM":
             bounded.update(n.output[:2])
     return bounded
-
-
-def _topological(nodes: list, graph_inputs: set) -> list:
-    """The nodes in an order where each comes after the producers of its inputs (stable)."""
-    produced = {o for n in nodes for o in n.output}
-    ready, out, pending = set(graph_inputs), [], list(nodes)
-    while pending:
-        rest = []
-        for n in pending:
-            if all(i == "" or i in ready or i not in produced for i in n.input):
-                out.append(n)
-                ready.update(n.output)
-            else:
-                rest.append(n)
-        if len(rest) == len(pending):
-            raise ValueError(f"per-row int8: a cycle or a missing input around {rest[0].name!r}")
-        pending = rest
-    return out
-
-
-def _shapes(model: onnx.ModelProto) -> dict:
-    """The shape of each tensor of the graph that shape inference can tell (None for a dim it cannot)."""
-    inferred = onnx.shape_inference.infer_shapes(model).graph
-    return {v.name: [d.dim_value if d.HasField("dim_value") else None for d in v.type.tensor_type.shape.dim]
-            for v in (*inferred.input, *inferred.value_info, *inferred.output) if v.type.tensor_type.HasField("shape")}
 
 
 def _members(node: onnx.NodeProto, inits: dict, shapes: dict) -> bool:
@@ -316,31 +324,41 @@ def _rewrite_gemm(g: _Graph, c: dict, node: onnx.NodeProto, inits: dict, bounded
     return True
 
 
-def quantize_rowwise(model: onnx.ModelProto, one_step_lstm: bool, scan_lstms: bool = False) -> onnx.ModelProto:
+def quantize_rowwise(model: onnx.ModelProto, one_step_lstm: bool, scan_lstms: bool = False,
+                     weights: str = "u8", write_step=None, bounded_inputs=frozenset(),
+                     fold_input=None) -> onnx.ModelProto:
     """The model with its MatMul/Gemm nodes that have constant weights, and its LSTMs, in per-row int8.
 
     one_step_lstm: the graph is a decoder step (each LSTM runs one step, written inline). Else each
     LSTM runs over its sequence: in a Scan of its cell written out where scan_lstms, else it stays
     onnxruntime's fp32 LSTM op, which ran faster than that Scan here in batches (alone too, but for g2p-en's).
+    weights: their form, WEIGHT_FORMS. write_step: writes a decoder step's LSTM node another way where it
+    returns True (training/rowwise_step.fused_one_step). bounded_inputs: graph inputs known to lie in [-1, 1].
+    fold_input: computes an LSTM's input projection another way where it returns a name (rowwise_step.folded_input).
     """
+
     model = onnx.ModelProto.FromString(model.SerializeToString())
     graph = model.graph
     inits = {t.name: t for t in graph.initializer}
     opset = next(o.version for o in model.opset_import if o.domain in ("", "ai.onnx"))
     if opset < 13:
         raise ValueError(f"per-row int8 needs opset >= 13 (Squeeze axes as an input); the graph has {opset}")
-    g = _Graph("int8", opset)
+    g = _Graph("int8", opset, weights)
     c = _shared_constants(g)
-    bounded = bounded_tensors(graph)
-    shapes = _shapes(model)
+    bounded = bounded_tensors(graph) | set(bounded_inputs)
+    shapes = tensor_shapes(model)
+    producer = {o: n for n in graph.node for o in n.output}
     groups = {id(group[-1]): group for group in _independent_groups(graph)}  # emitted at their last node
     for node in graph.node:
         if node.op_type == "LSTM":
+            if one_step_lstm and write_step and write_step(g, c, node, inits, producer, shapes, bounded):
+                continue
             if not (one_step_lstm or scan_lstms):
                 g.nodes.append(node)
                 continue
             group = groups.get(id(node), []) if not one_step_lstm else [node]
-            lstms = [_take_apart(g, c, n, inits) for n in group]
+            fold = (lambda x, w, b: fold_input(g, c, x, w, b, producer, inits, shapes)) if fold_input else None
+            lstms = [_take_apart(g, c, n, inits, bounded, fold) for n in group]
             for lstm in lstms if one_step_lstm else ():
                 _one_step(g, c, lstm)
             if lstms and not one_step_lstm:
@@ -356,51 +374,13 @@ def quantize_rowwise(model: onnx.ModelProto, one_step_lstm: bool, scan_lstms: bo
             g.nodes.append(node)
     used = {i for n in g.nodes for i in n.input} | {o.name for o in graph.output}
     del graph.node[:]
-    graph.node.extend(_topological(g.nodes, {i.name for i in graph.input} | {t.name for t in graph.initializer} |
-                                   {t.name for t in g.inits}))
+    # the nodes a rewrite left unread (a fused step's embedding lookup) are dropped, not run
+    graph.node.extend(topological(live_nodes(g.nodes, {o.name for o in graph.output}),
+                                  {i.name for i in graph.input} | {t.name for t in graph.initializer} |
+                                  {t.name for t in g.inits}))
     kept = [t for t in graph.initializer if t.name in used]
     del graph.initializer[:]
     graph.initializer.extend(kept + g.inits)
     if not any(o.domain == "com.microsoft" for o in model.opset_import):
         model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
     return drop_unused_initializers(model)
-
-
-def drop_unused_initializers(model: onnx.ModelProto) -> onnx.ModelProto:
-    """The model without initializers no node reads (each shared constant is made for every graph,
-    and onnxruntime warns of each one left unread when it loads), in Scan bodies too."""
-    def names_read(graph) -> set:
-        read = {o.name for o in graph.output}
-        for n in graph.node:
-            read.update(n.input)
-            for a in n.attribute:
-                if a.type == onnx.AttributeProto.GRAPH:
-                    read |= names_read(a.g)  # a body may read the outer graph's names
-        return read
-
-    def prune(graph):
-        read = names_read(graph)
-        kept = [t for t in graph.initializer if t.name in read]
-        del graph.initializer[:]
-        graph.initializer.extend(kept)
-        for n in graph.node:
-            for a in n.attribute:
-                if a.type == onnx.AttributeProto.GRAPH:
-                    prune(a.g)
-
-    prune(model.graph)
-    return model
-
-
-def quantized_ops(model: onnx.ModelProto) -> dict:
-    """How many integer matrix products the graph runs, its Scan bodies included."""
-    counts: dict = {}
-
-    def walk(graph):
-        for n in graph.node:
-            counts[n.op_type] = counts.get(n.op_type, 0) + 1
-            for a in n.attribute:
-                if a.type == onnx.AttributeProto.GRAPH:
-                    walk(a.g)
-    walk(model.graph)
-    return {k: v for k, v in counts.items() if k in ("MatMulInteger", "MatMulIntegerToFloat", "Scan")}

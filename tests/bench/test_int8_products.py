@@ -22,14 +22,14 @@ def check(bounded: bool) -> None:
     x = rng.standard_normal((16, K)).astype(np.float32)
     x = np.tanh(x) if bounded else x
     ref = x @ W
-    ways = {"fp32": ip.fp32(W), "rowwise": ip.rowwise(W, bounded), "nbits32": ip.nbits(W, 32, 4),
-            "nbits128": ip.nbits(W, 128, 4)}
+    ways = {"fp32": ip.fp32(W), "rowwise": ip.rowwise(W, bounded), "rowwise s7": ip.rowwise(W, bounded, "s7"),
+            "nbits32": ip.nbits(W, 32, 4), "nbits128": ip.nbits(W, 128, 4)}
     for name, model in ways.items():
         sess = ip.session(model)
         y = sess.run(None, {"x": x})[0]
         assert y.shape == (16, N)
         assert np.abs(y - ref).max() / np.abs(ref).max() < (1e-5 if name == "fp32" else 3e-2), name
-        if name == "rowwise":
+        if name.startswith("rowwise"):
             alone = np.concatenate([sess.run(None, {"x": x[i:i + 1]})[0] for i in range(16)])
             assert np.array_equal(alone, y)
     print("ok")
