@@ -5,7 +5,8 @@ running text here: espeak-ng through phonemizer, and gruut.
 
 The workload is bench/corpus/english.txt (its README names the sources), one sentence per call,
 words counted as the sentence's whitespace-separated words for all three. The server: the shipped
-model with its lexicon and response cache on (the defaults), in its own process; the load: the C++
+model with its lexicon and response cache on (the defaults), and the context model it names for its
+homographs (docs/homographs.md), so every homograph is read by its sentence, in its own process; the load: the C++
 load generator (bench/cpp/loadgen.cc) with 16 calls outstanding on 8 connections, so that the
 client's CPU stays small beside the server's on a small machine. The peers run in this process, one sentence at a
 time over the same corpus (espeak-ng as phonemizer calls it: a list of sentences in one call, the
@@ -49,6 +50,19 @@ def corpus() -> list[str]:
 
 def words_in(sentences: list[str]) -> int:
     return sum(len(s.split()) for s in sentences)
+
+
+def served_with_context(bundle: Path, repository: Path) -> str:
+    """A model repository of the bundle (its name) and the context model its manifest names for its
+    homographs (docs/homographs.md), side by side as the server finds them in models/: so that the text
+    is read with everything on. The bundle's name is returned (the requests' default model)."""
+    bundle = bundle.resolve()
+    (repository / bundle.name).symlink_to(bundle)
+    versions = sorted((p for p in bundle.iterdir() if (p / "manifest.json").is_file()), key=lambda p: p.name)
+    spec = json.loads((versions[-1] / "manifest.json").read_text()).get("homographs")
+    if spec:
+        (repository / spec["model"]).symlink_to(bundle.parent / spec["model"])
+    return bundle.name
 
 
 def requests_file(sentences: list[str], path: Path, attention: bool) -> Path:
@@ -161,7 +175,8 @@ def markdown(r: dict) -> str:
             ("attnserve TransduceText, with attention", s["attention"])]
     lines = [f"# Running text: {r['corpus']['sentences']} sentences, {r['corpus']['words']} words",
              "", f"`make bench-text` on {r['machine']} ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(r['unix']))}); "
-             f"server: `{' '.join(r['server_argv'])}`, sentence per call, {CONCURRENCY} calls outstanding "
+             f"server: `{' '.join(r['server_argv'])}` (repository: "
+             f"{', '.join(f'{k} = {v}' for k, v in r.get('repository', {}).items())}), sentence per call, {CONCURRENCY} calls outstanding "
              f"on {CHANNELS} connections (the C++ load generator), lexicon and cache on.", "",
              "| | words/s | sentences/s | p50 ms | p99 ms | server CPU |", "|---|---:|---:|---:|---:|---:|"]
     for name, x in rows:
@@ -190,13 +205,19 @@ def main(argv=None) -> None:
     args = p.parse_args(argv)
     sentences = corpus()
     fifteen = next(s for s in sentences if len(s.split()) == 15)
-    argv = [str(BIN / "attnserve-server"), "--model-dir", args.bundle, "--host", "127.0.0.1", "--metrics-port", "-1",
-            "--workers", str(args.workers)]
+    workdir = tempfile.TemporaryDirectory()
+    repository = Path(workdir.name) / "models"
+    repository.mkdir()
+    served = served_with_context(Path(args.bundle), repository)
+    argv = [str(BIN / "attnserve-server"), "--model-repository", str(repository), "--default-model", served,
+            "--host", "127.0.0.1", "--metrics-port", "-1", "--workers", str(args.workers)]
     result = {"unix": int(time.time()), "machine": f"{platform.machine()}, {os.cpu_count()} CPUs",
-              "server_argv": [Path(argv[0]).name] + argv[1:],
+              "server_argv": [Path(argv[0]).name] + [a if a != str(repository) else "<repository>" for a in argv[1:]],
+              "repository": {p.name: str(p.resolve().relative_to(Path.cwd().resolve())) if p.resolve().is_relative_to(
+                  Path.cwd().resolve()) else str(p.resolve()) for p in sorted(repository.iterdir())},
               "corpus": {"file": str(CORPUS.relative_to(CORPUS.parents[2])), "sentences": len(sentences),
                          "words": words_in(sentences)}, "server": {}}
-    with tempfile.TemporaryDirectory() as d, Server(argv) as server:
+    with workdir as d, Server(argv) as server:
         result["nothing_lost"] = nothing_lost(server.addr, sentences)
         result["unloaded"] = unloaded_p50(server.addr, fifteen, 200)
         for name, attention in (("no_attention", False), ("attention", True)):
