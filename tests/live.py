@@ -91,6 +91,15 @@ def make_pki(directory: Path) -> Pki:
 
 # --- model versions ----------------------------------------------------------------------------
 
+def shipped_repository(root: Path, names) -> Path:
+    """A model repository at `root` of the shipped bundles `names` (models/<name>/1), by links: what a
+    test's server over real models reads, without copying their weights."""
+    for name in names:
+        (root / name).mkdir()
+        (root / name / "1").symlink_to(REPO / "models" / name / "1")
+    return root
+
+
 def copy_bundle(src: Path, dst: Path, *, break_onnx: bool = False, bad_hash: bool = False, **changes) -> Path:
     """A copy of bundle `src` at `dst` with `changes` in its manifest, hashed again.
 

@@ -11,8 +11,7 @@ from service.answering.text import Script, TextReader
 from service.answering.textrules import read_rules
 from service.domain import LexiconError
 from tests.answering.test_text import check_cover, check_punctuation_kept, read
-from tests.conftest import REPO
-from tests.live import ServerSetup, loopback_config
+from tests.live import ServerSetup, loopback_config, shipped_repository
 
 FRENCH = "J'ai vu l'homme qu'il aime, c'est beau."
 # each clitic as written, its span, its pronunciation in g2p-fra's symbols
@@ -21,11 +20,7 @@ CLITICS = [("J'", 0, 2, "ʒ"), ("l'", 8, 10, "l"), ("qu'", 16, 19, "k"), ("c'", 
 
 @pytest.fixture(scope="module")
 def repository(tmp_path_factory):
-    root = tmp_path_factory.mktemp("elision-models")
-    for name in ("g2p-en", "g2p-fra", "g2p-ita"):
-        (root / name).mkdir()
-        (root / name / "1").symlink_to(REPO / "models" / name / "1")
-    return root
+    return shipped_repository(tmp_path_factory.mktemp("elision-models"), ("g2p-en", "g2p-fra", "g2p-ita"))
 
 
 @pytest.fixture(scope="module")

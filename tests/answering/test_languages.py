@@ -14,8 +14,7 @@ from service.answering.text import Script, TextReader, spoken_text
 from service.answering.textrules import read_rules
 from service.domain import LexiconError
 from tests.answering.test_text import check_cover, check_punctuation_kept, read
-from tests.conftest import REPO
-from tests.live import ServerSetup, loopback_config
+from tests.live import ServerSetup, loopback_config, shipped_repository
 
 try:
     import unicode_rbnf  # noqa: F401  (a base dependency: an install from before it reads as before)
@@ -196,11 +195,8 @@ def test_letters_the_model_lacks_are_read_as_its_spelling():
 
 @pytest.fixture(scope="module")
 def repository(tmp_path_factory):
-    root = tmp_path_factory.mktemp("language-models")
-    for name in ("g2p-en", "g2p-jpn-hira", "g2p-kor", "g2p-ron", "g2p-ell", "g2p-ita"):
-        (root / name).mkdir()
-        (root / name / "1").symlink_to(REPO / "models" / name / "1")
-    return root
+    return shipped_repository(tmp_path_factory.mktemp("language-models"),
+                              ("g2p-en", "g2p-jpn-hira", "g2p-kor", "g2p-ron", "g2p-ell", "g2p-ita"))
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ import grpc
 import pytest
 
 from tests.conftest import REPO
-from tests.live import ServerSetup, loopback_config
+from tests.live import ServerSetup, loopback_config, shipped_repository
 
 spec = importlib.util.spec_from_file_location("normalization_cases", REPO / "scripts" / "normalization_cases.py")
 cases = importlib.util.module_from_spec(spec)
@@ -35,11 +35,7 @@ def test_every_committed_case_reads_as_written_then_its_spoken_forms():
 
 @pytest.fixture(scope="module")
 def repository(tmp_path_factory):
-    root = tmp_path_factory.mktemp("normalization-models")
-    for name in ("g2p-en", "g2p-fra"):
-        (root / name).mkdir()
-        (root / name / "1").symlink_to(REPO / "models" / name / "1")
-    return root
+    return shipped_repository(tmp_path_factory.mktemp("normalization-models"), ("g2p-en", "g2p-fra"))
 
 
 @pytest.fixture(scope="module")

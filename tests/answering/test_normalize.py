@@ -6,8 +6,7 @@ from __future__ import annotations
 import pytest
 
 from attnserve.v1 import attnserve_pb2 as pb
-from tests.conftest import REPO
-from tests.live import ServerSetup, loopback_config
+from tests.live import ServerSetup, loopback_config, shipped_repository
 
 ENGLISH = [  # (text, the words it is read as): every class
     ("It cost $3.25 and 12 apples.", "it cost three dollars twenty five cents and twelve apples"),  # money, cardinal
@@ -56,11 +55,7 @@ FRENCH = [
 
 @pytest.fixture(scope="module")
 def repository(tmp_path_factory):
-    root = tmp_path_factory.mktemp("normalize-models")
-    for name in ("g2p-en", "g2p-fra"):
-        (root / name).mkdir()
-        (root / name / "1").symlink_to(REPO / "models" / name / "1")
-    return root
+    return shipped_repository(tmp_path_factory.mktemp("normalize-models"), ("g2p-en", "g2p-fra"))
 
 
 @pytest.fixture(scope="module")

@@ -21,7 +21,7 @@ from attnserve.v1 import attnserve_pb2 as pb
 from service.engine.bundle import load_bundle
 from tests import triton_calls
 from tests.conftest import REPO
-from tests.live import ServerSetup, copy_bundle, loopback_config
+from tests.live import ServerSetup, copy_bundle, loopback_config, shipped_repository
 
 # (text, the words it is read as, written by hand): every normalization class.
 SPOKEN = [
@@ -49,10 +49,7 @@ SPOKEN = [
 def repository(tiny_bundle, tmp_path_factory):
     """The shipped English models (their version directories linked, not copied) and the tiny
     model declared French, in one repository."""
-    root = tmp_path_factory.mktemp("text-models")
-    for name in ("g2p-en", "g2p-en-stress", "g2p-ita"):
-        (root / name).mkdir()
-        (root / name / "1").symlink_to(REPO / "models" / name / "1")
+    root = shipped_repository(tmp_path_factory.mktemp("text-models"), ("g2p-en", "g2p-en-stress", "g2p-ita"))
     copy_bundle(load_bundle(tiny_bundle, "1").path, root / "tiny-fr" / "1", name="tiny-fr", language="fr")
     # The model's own text rules win over the language's: Dr. is a street here, and a line is bad.
     (root / "g2p-en-stress" / "text.tsv").write_text("abbreviation\tDr.\tdrive\n")

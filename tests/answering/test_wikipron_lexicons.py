@@ -11,7 +11,7 @@ from attnserve.bundle.manifest import sha256_file
 from attnserve.v1 import attnserve_pb2 as pb
 from tests.answering.test_text import check_cover, read
 from tests.conftest import REPO
-from tests.live import ServerSetup, loopback_config
+from tests.live import ServerSetup, loopback_config, shipped_repository
 from training.wikipron import ENGLISH, FREQUENT_DIR, LANGUAGES, OUT_DIR, by_sound, read_frequent, read_tsv, to_task
 
 # a frequent word outside its task's train and dev files, its WikiPron pronunciation
@@ -21,11 +21,7 @@ WORDS = {"g2p-fra": ("a", "a"), "g2p-ron": ("așa", "a ʃ a")}
 
 @pytest.fixture(scope="module")
 def repository(tmp_path_factory):
-    root = tmp_path_factory.mktemp("wikipron-models")
-    for name in WORDS:
-        (root / name).mkdir()
-        (root / name / "1").symlink_to(REPO / "models" / name / "1")
-    return root
+    return shipped_repository(tmp_path_factory.mktemp("wikipron-models"), WORDS)
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,7 @@ import pytest
 from service.client import phonemize as module
 from service.client.phonemize import Separator, phonemize
 from tests.conftest import REPO
-from tests.live import ThreadServer, loopback_config
+from tests.live import ThreadServer, loopback_config, shipped_repository
 
 MODELS = ("g2p-en", "g2p-en-stress", "g2p-fra")
 
@@ -17,10 +17,7 @@ MODELS = ("g2p-en", "g2p-en-stress", "g2p-fra")
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     """The server's address; the environment's ATTNSERVE_SERVER is never read here but where a test sets it."""
-    root = tmp_path_factory.mktemp("phonemize-models")
-    for name in MODELS:
-        (root / name).mkdir()
-        (root / name / "1").symlink_to(REPO / "models" / name / "1")
+    root = shipped_repository(tmp_path_factory.mktemp("phonemize-models"), MODELS)
     with ThreadServer(loopback_config(model_repository=root, default_model="g2p-en",
                                       server={"metrics_port": -1})) as s:
         yield s.address
