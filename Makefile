@@ -58,7 +58,7 @@ $(GEN): $(PROTO) $(KSERVE_PROTO) $(VENV)/bin/python
 protos: $(GEN)
 
 $(VENV)/.serve-installed: pyproject.toml $(GEN)
-	$(PIP) install -q -e ".[serve]"
+	$(PIP) install -q -e ".[serve,languages]"
 	touch $@
 
 $(VENV)/.dev-installed: pyproject.toml $(GEN)
