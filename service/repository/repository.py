@@ -253,8 +253,11 @@ class ModelRepository:
         return m.bundle.manifest.language if m is not None and m.bundle is not None else ""
 
     def readers(self, text: str) -> list[str]:
-        """The served models that read `text` (each by its own normalization and alphabet), by name."""
-        return [n for n, m in sorted(self.models.items()) if m.answerer is not None and m.answerer.reads(text)]
+        """The served models that read `text` (each by its own normalization and alphabet), by name. A
+        context model (its manifest's `context`: it reads a homograph's sentence, docs/homographs.md)
+        pronounces nothing, so it is never named."""
+        return [n for n, m in sorted(self.models.items()) if m.answerer is not None and m.bundle is not None
+                and m.bundle.manifest.context is None and m.answerer.reads(text)]
 
     def suggestion(self, text: str) -> str:
         """What a refusal of `text` for its symbols adds: the served models that read it."""

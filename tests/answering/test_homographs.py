@@ -79,3 +79,15 @@ async def test_without_its_context_model_the_primary_reading_says_so(tmp_path):
         w = word((await read(s.port, ["I have read it."]))[0], "read")
     assert " ".join(w.result.output_tokens) == "R EH1 D"  # the lexicon's first
     assert w.choice == f"lexicon: the primary pronunciation (the context model {CONTEXT!r} is not served)"
+
+
+async def test_a_refusal_never_names_the_context_model_as_a_reader(tmp_path):
+    """homograph-en's vocabulary is English words (`the` among them), but it pronounces nothing: a word
+    that a Bulgarian model cannot read is never sent to it by a refusal's list of the models that read it."""
+    async with serving(loopback_config(model_repository=repository(tmp_path, ("g2p-bul", CONTEXT)),
+                                       default_model="g2p-bul", server={"metrics_port": -1})) as s:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{s.port}") as channel:
+            with pytest.raises(grpc.aio.AioRpcError) as refused:
+                await pbg.TransducerStub(channel).Transduce(pb.TransduceRequest(inputs=["the"]), timeout=60)
+    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "no served model reads it" in refused.value.details(), refused.value.details()
