@@ -39,7 +39,10 @@ import grpc
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "scripts"))  # its neighbours, however this file is loaded
 
+import language_coverage  # noqa: E402  (scripts/, beside this file)
+import normalization_cases  # noqa: E402
 from attnserve.v1 import attnserve_pb2 as pb, attnserve_pb2_grpc as pbg  # noqa: E402
 from service.answering.alphabet import is_arpabet  # noqa: E402
 from training.wikipron import (ENGLISH, ENGLISH_MODELS, FREQUENT_DIR, LANGUAGES, Frequent, by_sound,  # noqa: E402
@@ -158,17 +161,48 @@ def main(argv=None) -> None:
             lines = args.baseline.read_text(encoding="utf-8").splitlines()
             baseline = {r["model"]: r for r in map(json.loads, (x for x in lines if x.startswith("{")))}
         write_table(args.out, table(rows, baseline))
+        measured = [normalization_cases.measure(stub, lang, model, 0)
+                    for lang, model in sorted(normalization_cases.MODELS.items()) if model in served_models]
+        write_table(args.out, normalization_table(measured), NORMALIZATION)
+        write_table(args.out, coverage_table(), COVERAGE)
+
+
+def normalization_table(measured: list[dict]) -> str:
+    """Per class, right of total for each language NeMo's cases cover (normalization_cases.py's scoring)."""
+    classes = sorted({c for m in measured for c in m["classes"]})
+    lines = ["| class | " + " | ".join(f"{m['lang']} (`{m['model']}`)" for m in measured) + " |",
+             "|---|" + "---:|" * len(measured)]
+    for c in classes:
+        cells = [f"{m['classes'][c]['right']}/{m['classes'][c]['total']}" if c in m["classes"] else "" for m in measured]
+        lines.append(f"| {c} | " + " | ".join(cells) + " |")
+    lines.append("| **all** | " + " | ".join(f"**{m['right']}/{m['total']} = {m['share']:.3f}**" for m in measured) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def coverage_table() -> str:
+    """Per shipped model, whether the text rules read a sentence of numbers, %, a clock time, a decimal
+    and a numeric date with nothing unread (language_coverage.py: the reader alone, no server)."""
+    lines = ["| model | language | numbers, %, time, decimal, date |", "|---|---|---|"]
+    for d in sorted(p for p in (REPO / "models").iterdir() if p.is_dir()):
+        name, language, missed = language_coverage.coverage(sorted(d.iterdir())[-1])
+        if name == "homograph-en":
+            continue  # a context model: it reads a homograph's sentence, not text (docs/homographs.md)
+        lines.append(f"| `{name}` | {language} | {'read whole' if not missed else 'unread: ' + ' '.join(missed)} |")
+    return "\n".join(lines) + "\n"
 
 
 BEGIN, END = "<!-- frequent_words.py: begin -->", "<!-- frequent_words.py: end -->"
+NORMALIZATION = ("<!-- normalization: begin -->", "<!-- normalization: end -->")
+COVERAGE = ("<!-- coverage: begin -->", "<!-- coverage: end -->")
 
 
-def write_table(path: Path, text: str) -> None:
+def write_table(path: Path, text: str, markers: tuple[str, str] = (BEGIN, END)) -> None:
     """The table between the file's markers (the rest of the page is prose, kept as written)."""
+    begin, end = markers
     page = path.read_text(encoding="utf-8")
-    head, rest = page.split(BEGIN, 1)
-    _, tail = rest.split(END, 1)
-    path.write_text(f"{head}{BEGIN}\n{text}{END}{tail}", encoding="utf-8")
+    head, rest = page.split(begin, 1)
+    _, tail = rest.split(end, 1)
+    path.write_text(f"{head}{begin}\n{text}{end}{tail}", encoding="utf-8")
 
 
 if __name__ == "__main__":
