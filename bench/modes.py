@@ -6,7 +6,8 @@
 One server per mode per model, both running for the whole measurement; each workload runs against
 request, then continuous, then again, so that whatever else the machine does falls on both alike.
 The C++ load generator (bench/cpp/loadgen.cc) times the calls, so the client's own CPU per call stays
-small beside the server's. The mixed workload runs two load generators at once: short single words
+small beside the server's; each caller has a connection of its own, so that the server's worker
+processes (one per core by default) share the calls as they would a user's. The mixed workload runs two load generators at once: short single words
 and 16 long words a call, each timed on its own, so the p99 of short calls behind long ones shows.
 """
 from __future__ import annotations
@@ -61,7 +62,7 @@ def workloads(words: list[str], tmp: Path) -> dict[str, list[tuple[Path, int, in
 def run_loadgen(loadgen: str, addr: str, requests: Path, concurrency: int, seconds: float) -> dict:
     out = subprocess.run([loadgen, "--target", addr, "--method", METHOD, "--requests", str(requests),
                           "--seconds", str(seconds), "--deadline-ms", "30000", "--concurrency", str(concurrency),
-                          "--channels", "1"], capture_output=True, text=True, check=True)
+                          "--channels", str(concurrency)], capture_output=True, text=True, check=True)
     return json.loads(out.stdout)
 
 

@@ -10,8 +10,9 @@ by `BatcherConfig.mode`:
   batch at the next step and leave the moment they end.
 
 `auto` is request batching, chosen by measurement: `python -m bench.modes` found it the faster on
-every load it ran but on one model's (docs/performance.md, "Continuous batching"), so a finer rule
-would have nothing measured to follow. `make_batcher` says at start which mode serves and why,
+every load it ran but a few of one model's, where continuous led by a few percent and lost a third
+on calls of several words (docs/performance.md, "Continuous batching"); a rule switching modes by
+load would have nothing measured to gain. `make_batcher` says at start which mode serves and why,
 in a log line and in attnserve_batching_mode, whichever mode was asked for.
 
 What happens to a batch once formed (greedy, beam, forced, the continuous step's sampling) is
@@ -69,9 +70,10 @@ MODES = {"request": RequestBatcher, "continuous": ContinuousBatcher}
 REASONS = {
     "configured": "as --mode asked",
     "auto_measured": "--mode auto: request batching measured the faster on g2p-en at every load (single words at "
-                     "concurrency 1 to 64, 16 words a call, beam 5, short calls beside long ones) and on 5 of 6 other "
-                     "shipped models with many single words in flight; continuous won only on g2p-fra "
-                     "(docs/performance.md, \"Continuous batching\")",
+                     "concurrency 1 to 64, 16 words a call, beam 5, short calls beside long ones) and on 5 more "
+                     "shipped models at 64 single words in flight; continuous was at most 6% faster, on g2p-fra's "
+                     "single words, and a third slower on its calls of 16 words (docs/performance.md, \"Continuous "
+                     "batching\")",
 }
 
 
