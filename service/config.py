@@ -142,7 +142,7 @@ def worker_core(index: int, workers: int, cores: list[int] | None = None, usable
     return cores[index] if workers == len(cores) == usable and 0 <= index < workers else -1
 
 
-BATCHING_MODES = ("continuous", "request")
+BATCHING_MODES = ("auto", "continuous", "request")
 
 
 @dataclass(frozen=True)
@@ -150,7 +150,9 @@ class BatcherConfig:
     """Scheduling (service/scheduling/batcher.py): the queue, admission and how batches are formed."""
 
     mode: str = setting("request", "request: whole batches, greedy-decoded in one ONNX Loop call; continuous: "
-                        "sequences join and leave between decoder steps. `make bench` compares the two "
+                        "sequences join and leave between decoder steps; auto: the mode measured the faster, "
+                        "request (service/scheduling/batcher.py says why). The mode serving and why: a log line "
+                        "at start and attnserve_batching_mode. `python -m bench.modes` compares the two "
                         "(docs/performance.md)", choices=BATCHING_MODES)
     max_batch_size: int = setting(64, "sources decoded together")
     max_wait_ms: float = setting(0.0, "request mode: how long a first arrival waits for company. Batches run one "

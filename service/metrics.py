@@ -69,6 +69,10 @@ class Metrics:
                                 registry=r, **same)
         self.model_precision = Gauge("attnserve_model_precision", "The precision the model is served in (value 1).",
                                      ["model", "precision"], registry=r, **same)
+        # One series at 1: the batching mode serving and why (service/scheduling/batcher.py REASONS); both
+        # labels take the code's own few values.
+        self.batching_mode = Gauge("attnserve_batching_mode", "The batching mode serving and why (value 1).",
+                                   ["model", "mode", "reason"], registry=r, **same)
         # Decoder work per sequence: one row-step is one sequence going through one decoder step.
         # The second counts row-steps run for a sequence whose caller had already gone (cancelled,
         # deadline passed) - continuous batching keeps it to at most one per such sequence.
@@ -154,3 +158,4 @@ class ModelMetrics:
         self.model_info = metrics.model_info
         self.drop_model_info = metrics.drop_model_info
         self.model_precision = _WithModel(metrics.model_precision, model)
+        self.batching_mode = _WithModel(metrics.batching_mode, model)

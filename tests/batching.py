@@ -79,6 +79,7 @@ class FakeEngine:
     """Echoes each source upper-cased (one output id a symbol, then </s>); records every batch it
     is given. With a clock, each call takes `call_s` of it."""
 
+    name = "m"  # the model's name, as logs give it
     tgt_joiner = " "
     tgt_vocab = ()  # answering reads it (an ARPAbet model's text has an IPA form): none here
     precision = "fp32"
@@ -153,6 +154,7 @@ class StepEngine:
     Its `calls` are its decoder steps; with a clock, each step takes `step_s` of it.
     """
 
+    name = "m"  # as FakeEngine
     eos_id = EOS
     tgt_joiner = ""
     precision = "fp32"

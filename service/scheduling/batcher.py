@@ -9,6 +9,12 @@ by `BatcherConfig.mode`:
 - `ContinuousBatcher` (step-level, service/scheduling/continuous.py): sources join the running
   batch at the next step and leave the moment they end.
 
+`auto` is request batching, chosen by measurement: `python -m bench.modes` found it the faster on
+every load it ran but a few of one model's, where continuous led by a few percent and lost a third
+on calls of several words (docs/performance.md, "Continuous batching"); a rule switching modes by
+load would have nothing measured to gain. `make_batcher` says at start which mode serves and why,
+in a log line and in attnserve_batching_mode, whichever mode was asked for.
+
 What happens to a batch once formed (greedy, beam, forced, the continuous step's sampling) is
 the engine's (service/engine/decoding.py). Knows nothing of gRPC: callers get results or the
 domain's errors. All numeric work runs in one worker thread; futures are resolved on the event loop.
@@ -17,6 +23,7 @@ one clock, time.perf_counter unless a test passes its own to drive time.
 """
 from __future__ import annotations
 
+import logging
 from typing import Protocol, runtime_checkable
 
 from service.config import BatcherConfig
@@ -25,6 +32,8 @@ from service.engine.engine import Engine
 from service.metrics import ModelMetrics
 from service.scheduling.continuous import ContinuousBatcher
 from service.scheduling.request import RequestBatcher
+
+log = logging.getLogger("attnserve")
 
 
 @runtime_checkable
@@ -55,5 +64,30 @@ class Batcher(Protocol):
         """Stop decoding; sources still queued fail with NotReady."""
 
 
+MODES = {"request": RequestBatcher, "continuous": ContinuousBatcher}
+
+# Why each mode serves: a reason is one of these keys (the gauge's label), with its sentence for the log.
+REASONS = {
+    "configured": "as --mode asked",
+    "auto_measured": "--mode auto: request batching measured the faster on g2p-en at every load (single words at "
+                     "concurrency 1 to 64, 16 words a call, beam 5, short calls beside long ones) and on 5 more "
+                     "shipped models at 64 single words in flight; continuous was at most 6% faster, on g2p-fra's "
+                     "single words, and a third slower on its calls of 16 words (docs/performance.md, \"Continuous "
+                     "batching\")",
+}
+
+
+def chosen_mode(cfg: BatcherConfig) -> tuple[str, str]:
+    """The mode that serves and its reason (a key of REASONS)."""
+    if cfg.mode == "auto":
+        return "request", "auto_measured"
+    return cfg.mode, "configured"
+
+
 def make_batcher(engine: Engine, cfg: BatcherConfig, metrics: ModelMetrics) -> Batcher:
-    return (ContinuousBatcher if cfg.mode == "continuous" else RequestBatcher)(engine, cfg, metrics)
+    mode, reason = chosen_mode(cfg)
+    log.info("%s: %s batching, %s", engine.name, mode, REASONS[reason])
+    for m in MODES:  # one series at 1: the mode serving and why
+        for r in REASONS:
+            metrics.batching_mode.labels(m, r).set(1 if (m, r) == (mode, reason) else 0)
+    return MODES[mode](engine, cfg, metrics)

@@ -111,7 +111,7 @@ def test_a_mistyped_value_is_refused_the_same_way_by_the_server_and_by_training(
     assert refusal(parse_args, [*train, "--batch-size", "2.5"], capsys) == "--batch-size='2.5' is not an integer"
     assert refusal(server, ["--max-wait-ms", "soon"], capsys) == "--max-wait-ms='soon' is not a number"
     assert refusal(parse_args, [*train, "--lr", "fast"], capsys) == "--lr='fast' is not a number"
-    assert refusal(server, ["--mode", "eager"], capsys) == "--mode='eager' is not one of continuous, request"
+    assert refusal(server, ["--mode", "eager"], capsys) == "--mode='eager' is not one of auto, continuous, request"
     assert refusal(parse_args, [*train, "--cell", "gpt"], capsys) == "--cell='gpt' is not one of rnn, gru, lstm"
     # and a value of the right type that its config refuses, checked when built
     assert refusal(server, ["--max-batch-size", "0"], capsys) == "max_batch_size must be >= 1, got 0"
