@@ -4,8 +4,8 @@ as num2words reads them; clock times with native hours and Sino-Korean minutes (
 money (₩5,000 오천 원, $5.50 오 달러 오십 센트); the months whose number is said short (6월 유월, 10월
 시월).
 
-Native numbers come from CLDR's rules (spellout.native_korean, unicode-rbnf); an install without
-it reads every number Sino-Korean, as before.
+Native numbers come from CLDR's rules (spellout.native_korean, unicode-rbnf); past NATIVE_UP_TO a
+number is read Sino-Korean, as Korean says large counts.
 """
 from __future__ import annotations
 
@@ -65,8 +65,7 @@ class Korean:
         return [Token(written, NUMBER, start, end, spoken, tuple(Spoken(w, start, end) for w in spoken.split()))]
 
     def native(self, number: int) -> str:
-        said = spellout.native_korean(number) if 0 < number <= NATIVE_UP_TO else None
-        return said if said is not None else self.sino(number)
+        return spellout.native_korean(number) if 0 < number <= NATIVE_UP_TO else self.sino(number)
 
     def sino(self, number: int) -> str:
         return " ".join(num2words(number, lang=self.rules.num2words or "ko").split())

@@ -4,8 +4,7 @@ and Korean's native numbers (세 개, 스무 마리) beside num2words's Sino-Kor
 
 Each such language is registered in num2words's own table of converters under its ISO 639-1 code,
 never over a converter num2words has, so that numbers.py reads it as any num2words language. What
-CLDR has no rules for (Adyghe) stays unread, flagged, as before; so does every such language in an
-install without unicode-rbnf.
+CLDR has no rules for (Adyghe) stays unread, flagged, as before.
 """
 from __future__ import annotations
 
@@ -13,10 +12,7 @@ from functools import lru_cache
 
 from num2words import CONVERTER_CLASSES
 
-try:  # an install from before the dependency reads these languages' numbers as before: unread
-    from unicode_rbnf import FormatPurpose, RbnfEngine
-except ImportError:  # pragma: no cover - exercised where the extra is not installed
-    RbnfEngine = None
+from unicode_rbnf import FormatPurpose, RbnfEngine
 
 # Languages whose numbers only CLDR reads here (num2words has none of them)
 CLDR_ONLY = ("bg", "el", "hy", "ka", "km", "mt")
@@ -38,11 +34,8 @@ def spell(language: str, number: int, ruleset: str | None = None, purpose=None) 
     return " ".join(text.translate(CLEAN).split())
 
 
-def native_korean(number: int) -> str | None:
-    """A count before a native Korean counter: 세 (3개), 스무 (20마리), 백스물세 (123개); None
-    without unicode-rbnf."""
-    if RbnfEngine is None:
-        return None
+def native_korean(number: int) -> str:
+    """A count before a native Korean counter: 세 (3개), 스무 (20마리), 백스물세 (123개)."""
     return spell("ko", number, "spellout-cardinal-native-attributive")
 
 
@@ -73,8 +66,6 @@ class Converter:
 def register() -> tuple[str, ...]:
     """Adds the CLDR-only languages to num2words's converters (once; never over one of its own):
     the languages now read."""
-    if RbnfEngine is None:
-        return ()
     for language in CLDR_ONLY:
         CONVERTER_CLASSES.setdefault(language, Converter(language))
     return CLDR_ONLY
