@@ -10,8 +10,9 @@ import importlib.util
 import grpc
 import pytest
 
+# the server over g2p-en and g2p-fra that the hand-written forms are read by (fixtures)
+from tests.answering.test_normalize import repository, server_setup  # noqa: F401
 from tests.conftest import REPO
-from tests.live import ServerSetup, loopback_config, shipped_repository
 
 spec = importlib.util.spec_from_file_location("normalization_cases", REPO / "scripts" / "normalization_cases.py")
 cases = importlib.util.module_from_spec(spec)
@@ -31,17 +32,6 @@ def test_every_committed_case_reads_as_written_then_its_spoken_forms():
     assert total == {"en": 507, "fr": 116}
     money = dict(cases.read_cases(cases.CASES / "en" / "money.txt"))
     assert money["¥30 billion"] == ["thirty billion yen"]
-
-
-@pytest.fixture(scope="module")
-def repository(tmp_path_factory):
-    return shipped_repository(tmp_path_factory.mktemp("normalization-models"), ("g2p-en", "g2p-fra"))
-
-
-@pytest.fixture(scope="module")
-def server_setup(repository):
-    return ServerSetup(loopback_config(model_repository=repository, default_model="g2p-en",
-                                       server={"metrics_port": 0}))
 
 
 async def test_a_class_is_scored_through_a_running_server(server, tmp_path, monkeypatch):
