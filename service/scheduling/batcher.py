@@ -9,11 +9,10 @@ by `BatcherConfig.mode`:
 - `ContinuousBatcher` (step-level, service/scheduling/continuous.py): sources join the running
   batch at the next step and leave the moment they end.
 
-`auto` is request batching, chosen by measurement: `python -m bench.modes` found it the faster on
-every load it ran but a few of one model's, where continuous led by a few percent and lost a third
-on calls of several words (docs/performance.md, "Continuous batching"); a rule switching modes by
-load would have nothing measured to gain. `make_batcher` says at start which mode serves and why,
-in a log line and in attnserve_batching_mode, whichever mode was asked for.
+`auto` is request batching, chosen by measurement: `python -m bench.modes` runs the two side by side,
+and what it found, with why no rule switching modes by load was kept, is in docs/performance.md,
+"Continuous batching". `make_batcher` says at start which mode serves and why, in a log line and in
+attnserve_batching_mode, whichever mode was asked for.
 
 What happens to a batch once formed (greedy, beam, forced, the continuous step's sampling) is
 the engine's (service/engine/decoding.py). Knows nothing of gRPC: callers get results or the
@@ -69,11 +68,8 @@ MODES = {"request": RequestBatcher, "continuous": ContinuousBatcher}
 # Why each mode serves: a reason is one of these keys (the gauge's label), with its sentence for the log.
 REASONS = {
     "configured": "as --mode asked",
-    "auto_measured": "--mode auto: request batching measured the faster on g2p-en at every load (single words at "
-                     "concurrency 1 to 64, 16 words a call, beam 5, short calls beside long ones) and on 5 more "
-                     "shipped models at 64 single words in flight; continuous was at most 6% faster, on g2p-fra's "
-                     "single words, and a third slower on its calls of 16 words (docs/performance.md, \"Continuous "
-                     "batching\")",
+    "auto_measured": "--mode auto: request batching, which python -m bench.modes measured the faster on these "
+                     "models (docs/performance.md, \"Continuous batching\")",
 }
 
 
