@@ -52,9 +52,10 @@ class Running:
     def __len__(self) -> int:
         return len(self.y_prev)
 
-    def select(self, rows: np.ndarray) -> "Running":
-        """Keep these rows (indices), trimming source padding no remaining row needs."""
-        S = int((~self.pad_mask[rows]).sum(axis=1).max()) if len(rows) else 0
+    def select(self, rows: np.ndarray, trim: bool = True) -> "Running":
+        """Keep these rows (indices), trimming source padding no remaining row needs (unless not trim:
+        then each row's attention runs over as many source positions as before, to the last bit)."""
+        S = int((~self.pad_mask[rows]).sum(axis=1).max()) if len(rows) and trim else self.pad_mask.shape[1]
         return Running(self.y_prev[rows], {n: _take_batch(n, v, rows, S) for n, v in self.state.items()},
                        _rows(self.enc_out, rows, S), _rows(self.keys, rows, S), self.pad_mask[rows, :S],
                        _rows(self.top_k, rows), _rows(self.self_attn, rows, S, axes=(2, 3)))
@@ -314,7 +315,8 @@ class Engine:
         and attention, but each row's log_prob added up in float32 (the Loop's own Add) where the step path
         adds in float64, so the two may differ in its last bits. tests/engine/test_decoding_parity.py holds the
         Loop to the core run in float32, bit for bit."""
-        ids, steps, log_prob, attn = run_loop(self.greedy_loop, self._loop_inputs, self._loop_outputs, run, limits)
+        ids, steps, log_prob, attn = run_loop(self.greedy_loop, self._loop_inputs, self._loop_outputs, run, limits,
+                                             self.pad_id)
         return [self.result(tokens, ids[j, :steps[j]], None if attn is None else attn[j], float(log_prob[j]),
                             None if run.self_attn is None else run.self_attn[j]) for j, tokens in enumerate(sources)]
 

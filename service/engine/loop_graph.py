@@ -14,12 +14,17 @@ leave and reorder between steps), so both paths stay, and export checks parity w
 PyTorch through both.
 
 Inputs are the encoder's outputs as the step graph names them (y_prev, h, c, feed, align,
-enc_out, keys, pad_mask, top_k), plus `max_output_len` (B,): each row's step limit.
+enc_out, keys, pad_mask, top_k), plus `max_output_len` (B,): each row's step limit, `steps0` and
+`log_prob0` (B,): each row's steps and log_prob so far (zeros for a fresh decode), and `min_live` ():
+the Loop stops once no more rows than this are live (0: when all are done).
 Outputs: ids (B, T), each step's emitted id (</s> included, then pad; Decoded.output_ids
-leaves </s> out), steps (B,), log_prob (B,) (each row's, </s> included, added up in float32) and, for a
-model with attention, attn (B, T, S).
+leaves </s> out), steps (B,), log_prob (B,) (each row's, </s> included, added up in float32), for a
+model with attention attn (B, T, S), and where the Loop stopped: done (B,), y_last (B,) and the state
+(h_last, c_last, ...), from which run_loop goes on with the live rows alone.
 """
 from __future__ import annotations
+
+import dataclasses
 
 import numpy as np
 import onnx
@@ -29,10 +34,19 @@ from onnx import numpy_helper
 
 STATE_NAMES = ("h", "c", "feed", "align")
 OUTER_NAMES = ("enc_out", "keys", "pad_mask", "top_k")  # read by every step, never changed
+LIVE_SHARE = 0.5  # run_loop: a call stops once no more than this share of its rows is live
+COMPACT_MIN_ROWS = 8  # run_loop: below this, dropping finished rows saves less than a call of its own costs
 
 
 def _value(name: str, elem: int, shape=None):
     return oh.make_tensor_value_info(name, elem, shape)
+
+
+def _renamed(value: onnx.ValueInfoProto, name: str) -> onnx.ValueInfoProto:
+    out = onnx.ValueInfoProto()
+    out.CopyFrom(value)
+    out.name = name
+    return out
 
 
 def _const(name: str, value) -> onnx.NodeProto:
@@ -68,7 +82,7 @@ def _greedy_body(step: onnx.GraphProto, state: list[str], has_attn: bool, eos_id
     (y_prev, *state, done, steps, log_prob); scans (ids, attn). Holds the step's `weights` (_body_weights)."""
     F, I64, BOOL = TensorProto.FLOAT, TensorProto.INT64, TensorProto.BOOL
     nodes = list(step.node) + [
-        _const("loop_zero_f", np.float32(0)), _const("loop_zero_i", np.int64(0)),
+        _const("loop_zero_f", np.float32(0)),
         _const("loop_eos", np.int64(eos_id)), _const("loop_pad", np.int64(pad_id)),
         _const("loop_axis1", np.array([1], dtype=np.int64)),
         oh.make_node("ArgMax", ["log_probs"], ["loop_y"], axis=-1, keepdims=0),  # (B,)
@@ -86,10 +100,11 @@ def _greedy_body(step: onnx.GraphProto, state: list[str], has_attn: bool, eos_id
         oh.make_node("GreaterOrEqual", ["loop_steps_next", "max_output_len"], ["loop_at_limit"]),
         oh.make_node("Or", ["loop_done", "loop_is_eos"], ["loop_done_eos"]),
         oh.make_node("Or", ["loop_done_eos", "loop_at_limit"], ["loop_done_next"]),
-        # Go on while any row is live: min over done (as 0/1) is 0.
-        oh.make_node("Cast", ["loop_done_next"], ["loop_done_next_i"], to=I64),
-        oh.make_node("ReduceMin", ["loop_done_next_i"], ["loop_all_done"], keepdims=0),
-        oh.make_node("Equal", ["loop_all_done", "loop_zero_i"], ["loop_cond_out"]),
+        # Go on while more rows are live than min_live (an outer input): with 0, until every row is done.
+        oh.make_node("Not", ["loop_done_next"], ["loop_live_next"]),
+        oh.make_node("Cast", ["loop_live_next"], ["loop_live_next_i"], to=I64),
+        oh.make_node("ReduceSum", ["loop_live_next_i"], ["loop_live_count"], keepdims=0),
+        oh.make_node("Greater", ["loop_live_count", "min_live"], ["loop_cond_out"]),
     ]
     inputs = ([_value("loop_iter", I64, []), _value("loop_cond_in", BOOL, []), _value("y_prev", I64)]
               + [_value(n, F) for n in state]
@@ -162,12 +177,11 @@ def build_greedy_loop(step: onnx.ModelProto, eos_id: int, pad_id: int) -> onnx.M
     body_weights = _body_weights(step.graph)
     body = _greedy_body(step.graph, state, has_attn, eos_id, pad_id, body_weights)
     nodes = [
-        oh.make_node("ReduceMax", ["max_output_len"], ["max_steps"], keepdims=0),  # () the trip count
+        oh.make_node("Sub", ["max_output_len", "steps0"], ["steps_left"]),  # (B,)
+        oh.make_node("ReduceMax", ["steps_left"], ["max_steps"], keepdims=0),  # () the trip count
         _const("cond0", np.array(True)),
         oh.make_node("Equal", ["y_prev", "y_prev"], ["all_true"]),
         oh.make_node("Not", ["all_true"], ["done0"]),  # (B,) False
-        oh.make_node("Sub", ["max_output_len", "max_output_len"], ["steps0"]),  # (B,) 0
-        oh.make_node("Cast", ["steps0"], ["log_prob0"], to=F),  # (B,) 0.0
         oh.make_node("Loop", ["max_steps", "cond0", "y_prev", *state, "done0", "steps0", "log_prob0"],
                      ["y_last", *[f"{n}_last" for n in state], "done", "steps", "log_prob", "ids_tb"]
                      + (["attn_tbs"] if has_attn else []), body=body),
@@ -175,21 +189,56 @@ def build_greedy_loop(step: onnx.ModelProto, eos_id: int, pad_id: int) -> onnx.M
     ] + ([oh.make_node("Transpose", ["attn_tbs"], ["attn"], perm=[1, 0, 2])] if has_attn else [])
     graph = oh.make_graph(
         nodes, "greedy_decode",
-        [inputs["y_prev"], *[inputs[n] for n in state + outer], _value("max_output_len", I64, ["batch"])],
+        [inputs["y_prev"], *[inputs[n] for n in state + outer], _value("max_output_len", I64, ["batch"]),
+         _value("steps0", I64, ["batch"]), _value("log_prob0", F, ["batch"]), _value("min_live", I64, [])],
         [_value("ids", I64, ["batch", "steps"]), _value("steps", I64, ["batch"]),
          _value("log_prob", F, ["batch"])]
-        + ([_value("attn", F, ["batch", "steps", "src_time"])] if has_attn else []),
+        + ([_value("attn", F, ["batch", "steps", "src_time"])] if has_attn else [])
+        + [_value("done", TensorProto.BOOL, ["batch"]), _value("y_last", I64, ["batch"])]
+        + [_renamed(inputs[n], f"{n}_last") for n in state],
         initializer=[t for t in step.graph.initializer if t.name not in body_weights])
     model = oh.make_model(graph, opset_imports=list(step.opset_import), ir_version=step.ir_version)
     onnx.checker.check_model(model)
     return model
 
 
-def run_loop(session, input_names: list[str], output_names: list[str], run, limits: np.ndarray):
+def run_loop(session, input_names: list[str], output_names: list[str], run, limits: np.ndarray, pad_id: int = 0,
+             compact: bool = True):
     """One greedy decode of `run` (service/engine/engine.py Running) through a Loop session whose inputs and
-    outputs are named so, each row to limits[row] steps at most: ids (B, T), steps (B,), log_prob (B,)
-    float32, attn (B, T, S) or None."""
-    inputs = {"y_prev": run.y_prev, **run.state, "enc_out": run.enc_out, "keys": run.keys,
-              "pad_mask": run.pad_mask, "top_k": run.top_k, "max_output_len": limits.astype(np.int64)}
-    out = dict(zip(output_names, session.run(None, {n: inputs[n] for n in input_names})))
-    return out["ids"], out["steps"], out["log_prob"], out.get("attn")
+    outputs are named so, each row to limits[row] steps at most: ids (B, T) (pad after a row's last step),
+    steps (B,), log_prob (B,) float32, attn (B, T, S) or None.
+
+    Finished rows leave the batch (compact): a call stops once half its rows are done (LIVE_SHARE; with
+    COMPACT_MIN_ROWS rows or more), and the live rows go on in a call of their own from where they were,
+    their state, steps and log_prob so far, so that no step is spent on a row the first half of the batch
+    no longer needs. A row's answer does not change, to the last bit: each step is its own per-row work
+    over the same source positions (the padding is kept), and its log_prob goes on adding in float32 in
+    the same order. Live rows have all taken every step so far, so each call
+    starts at one step index for all of its rows."""
+    B = len(run)
+    steps, log_prob = np.zeros(B, np.int64), np.zeros(B, np.float32)
+    segments = []  # (rows, first step, ids (b, n), attn (b, n, S') or None)
+    rows, part, t = np.arange(B), run, 0
+    while True:
+        min_live = int(len(rows) * LIVE_SHARE) if compact and len(rows) >= COMPACT_MIN_ROWS else 0
+        inputs = {"y_prev": part.y_prev, **part.state, "enc_out": part.enc_out, "keys": part.keys,
+                  "pad_mask": part.pad_mask, "top_k": part.top_k, "max_output_len": limits[rows].astype(np.int64),
+                  "steps0": steps[rows], "log_prob0": log_prob[rows],
+                  "min_live": np.array(min_live, np.int64)}
+        out = dict(zip(output_names, session.run(None, {n: inputs[n] for n in input_names})))
+        segments.append((rows, t, out["ids"], out.get("attn")))
+        steps[rows], log_prob[rows] = out["steps"], out["log_prob"]
+        t += out["ids"].shape[1]
+        live = np.flatnonzero(~out["done"])
+        if not len(live):
+            break
+        part = dataclasses.replace(part, y_prev=out["y_last"], state={n: out[f"{n}_last"] for n in part.state}
+                                   ).select(live, trim=False)
+        rows = rows[live]
+    ids = np.full((B, t), pad_id, np.int64)
+    attn = None if segments[0][3] is None else np.zeros((B, t, run.pad_mask.shape[1]), np.float32)
+    for rows, first, seg_ids, seg_attn in segments:
+        ids[rows, first:first + seg_ids.shape[1]] = seg_ids
+        if attn is not None:
+            attn[rows, first:first + seg_attn.shape[1], :seg_attn.shape[2]] = seg_attn
+    return ids, steps, log_prob, attn

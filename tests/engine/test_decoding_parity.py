@@ -76,3 +76,31 @@ def test_mixed_hard_and_top_k_rows_through_a_loop_around_the_whole_step_are_the_
     loop = [engine.result(s, ids[b, :steps[b]], None if attn is None else attn[b], float(log_prob[b]))
             for b, s in enumerate(sources)]
     assert_same(loop, core(engine, sources, limits, modes))
+
+
+class _Counting:
+    """A session that counts its calls and the rows of each."""
+
+    def __init__(self, session):
+        self.session, self.rows = session, []
+
+    def run(self, names, feeds):
+        self.rows.append(len(feeds["y_prev"]))
+        return self.session.run(names, feeds)
+
+
+def test_finished_rows_leave_the_loop_and_no_answer_changes(engine):
+    """run_loop drops finished rows between Loop calls: the answers are those of one call that keeps
+    every row to the end, bit for bit, and the later calls hold fewer rows."""
+    sources, limits = sample(engine, seed=2)
+    run = engine.encode(sources)
+    counting = _Counting(engine.greedy_loop)
+    args = (engine._loop_inputs, engine._loop_outputs, run, limits, engine.pad_id)
+    whole = run_loop(engine.greedy_loop, *args, compact=False)
+    compacted = run_loop(counting, *args)
+    assert len(counting.rows) > 1 and counting.rows[0] == WORDS and counting.rows[-1] < WORDS // 2
+    steps = whole[1]
+    assert np.array_equal(steps, compacted[1]) and whole[2].tobytes() == compacted[2].tobytes()
+    for b in range(WORDS):
+        assert np.array_equal(whole[0][b, :steps[b]], compacted[0][b, :steps[b]])
+        assert np.array_equal(whole[3][b, :steps[b]], compacted[3][b, :steps[b]])

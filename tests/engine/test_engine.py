@@ -28,7 +28,9 @@ def loop_feeds(engine, seed: int) -> tuple[list[list[str]], dict]:
     words = [list(rng.choice(engine.src_vocab[4:], size=rng.integers(1, 15))) for _ in range(40)]
     run = engine.encode(words)
     return words, {"y_prev": run.y_prev, **run.state, "enc_out": run.enc_out, "keys": run.keys,
-                   "pad_mask": run.pad_mask, "top_k": run.top_k, "max_output_len": np.full(len(words), 20, dtype=np.int64)}
+                   "pad_mask": run.pad_mask, "top_k": run.top_k, "max_output_len": np.full(len(words), 20, dtype=np.int64),
+                   "steps0": np.zeros(len(words), np.int64), "log_prob0": np.zeros(len(words), np.float32),
+                   "min_live": np.array(0, np.int64)}
 
 
 def test_shapes_labels_and_attention_rows(tiny_bundle, greedy_loop):
