@@ -28,6 +28,7 @@ from service.config import EngineConfig
 from service.domain import Decoded
 from service.engine.bundle import Bundle
 from service.engine import strategy
+from service.engine import length_groups
 from service.engine.loop_graph import STATE_NAMES, build_greedy_loop, run_loop, soft_only
 
 log = logging.getLogger(__name__)
@@ -196,6 +197,7 @@ class Engine:
         suffix = "" if self.precision == "fp32" else f".{self.precision}"
         self.encoder = ort.InferenceSession(str(bundle.graph_path("encoder" + suffix)), opts, providers=providers)
         self.decoder = ort.InferenceSession(str(bundle.graph_path("decoder_step" + suffix)), opts, providers=providers)
+        self.encode_costs = length_groups.DEFAULT  # warm_up() times this encoder for its own
         self.greedy_loop = None
         if cfg.greedy_loop == "onnx":
             # Around the step without its top-k work where the graph allows (soft rows, the default, then do
@@ -254,20 +256,27 @@ class Engine:
         top_k: each row's attention mode (DecodeOptions.attention_top_k), default soft.
         """
         ids = [self.source_ids(tokens) for tokens in sources]
-        B, S = len(ids), max(len(s) for s in ids)
-        src = np.full((B, S), self.pad_id, dtype=np.int64)  # (B, S)
-        for b, row in enumerate(ids):
-            src[b, :len(row)] = row
-        src_len = np.array([len(s) for s in ids], dtype=np.int64)  # (B,)
+        B = len(ids)
         if top_k is not None and any(top_k) and "top_k" not in self._dec_inputs:
             raise ValueError(f"model {self.name!r} version {self.version!r} has no hard/top-k attention "
                              f"(modes available: {list(self.attention_modes)})")
-        enc = dict(zip(self._enc_outputs, self.encoder.run(None, {"src": src, "src_len": src_len})))
+        groups = length_groups.groups([len(s) for s in ids], self.encode_costs)
+        enc = self._run_encoder(ids) if len(groups) == 1 else length_groups.assemble(
+            [(rows, self._run_encoder([ids[r] for r in rows])) for rows in groups], B)
         return Running(y_prev=np.full((B,), self.bos_id, dtype=np.int64),
                        state={n: enc[n] for n in self.state_names},
                        enc_out=enc.get("enc_out"), keys=enc.get("keys"), pad_mask=enc["pad_mask"],
                        top_k=np.array(top_k if top_k is not None else [0] * B, dtype=np.int64),
                        self_attn=enc.get("self_attn"))
+
+    def _run_encoder(self, ids: list[list[int]]) -> dict[str, np.ndarray]:
+        """One encoder call over these sources' ids, padded to the longest: its outputs by name."""
+        B, S = len(ids), max(len(s) for s in ids)
+        src = np.full((B, S), self.pad_id, dtype=np.int64)  # (B, S)
+        for b, row in enumerate(ids):
+            src[b, :len(row)] = row
+        src_len = np.array([len(s) for s in ids], dtype=np.int64)  # (B,)
+        return dict(zip(self._enc_outputs, self.encoder.run(None, {"src": src, "src_len": src_len})))
 
     def step(self, run: "Running") -> tuple[np.ndarray, np.ndarray | None, "Running"]:
         """One decoder step for every row: log_probs (B, V), attn (B, S) or None without attention,
@@ -334,6 +343,9 @@ class Engine:
         search) through one step even when decode() uses the ONNX Loop."""
         self.decode(sources)
         self.step(self.encode(sources))
+        ids = [i for s in sources for i in self.source_ids(s)] or [self.unk_id]
+        self.encode_costs = length_groups.measure(
+            lambda rows, length: self._run_encoder([[ids[k % len(ids)] for k in range(length)]] * rows))
 
     def limit(self, max_output_len: int) -> int:
         return min(max_output_len or self.cfg.max_output_len, self.cfg.max_output_len)
