@@ -62,27 +62,44 @@ FILL = {"pad_mask": True}  # the rest pad with zeros
 ROW_AXIS = {"h": 1, "c": 1}  # (L, B, H); every other output has its rows on axis 0
 
 
-def groups(lengths: list[int], costs: Costs = DEFAULT) -> list[np.ndarray]:
-    """The rows (indices into lengths) in groups of consecutive lengths, the cheapest split by the cost
-    model; one group when splitting saves nothing. Rows of one length stay in one group."""
-    if len(lengths) < 2:
-        return [np.arange(len(lengths))]
-    order = np.argsort(lengths, kind="stable")
-    values, counts = np.unique(np.asarray(lengths)[order], return_counts=True)
-    ends = np.cumsum(counts)  # rows up to and including each distinct length
-    # best[j]: the cheapest cost of the rows of the first j distinct lengths; cut[j] where its last group starts
-    best, cut = [0.0] + [np.inf] * len(values), [0] * (len(values) + 1)
-    for j in range(1, len(values) + 1):
-        for i in range(j):
-            rows = ends[j - 1] - (ends[i - 1] if i else 0)
-            cost = best[i] + costs.call + values[j - 1] * (costs.step + rows * costs.row_step)
-            if cost < best[j]:
-                best[j], cut[j] = cost, i
-    bounds, j = [], len(values)
-    while j:
-        bounds.append((cut[j], j))
+def cheapest_split(lengths: list[int], cost: Callable[[int, int, int], float],
+                   steps: list[int] | None = None) -> list[list[int]]:
+    """The indices of lengths in length-sorted groups, shortest first, of least total cost(rows, longest
+    length, most steps) over the groups (steps: each index's, default its length). Indices of one length
+    always share a group. Exact, over the distinct lengths: a dynamic programme over where groups end,
+    n(n+1)/2 evaluations for n of them. Shared by the engine's encoding (groups()) and the scheduler's
+    batches (service/scheduling/lengths.py), each with its own cost."""
+    if not lengths:
+        return []
+    steps = steps or list(lengths)
+    by_len: dict[int, list[int]] = {}
+    for i in sorted(range(len(lengths)), key=lambda i: lengths[i]):
+        by_len.setdefault(lengths[i], []).append(i)
+    keys = sorted(by_len)
+    top = [max(steps[i] for i in by_len[k]) for k in keys]  # each length's most steps
+    # best[j]: the least cost of the first j lengths; cut[j]: where its last group starts.
+    best, cut = [0.0] + [float("inf")] * len(keys), [0] * (len(keys) + 1)
+    for j in range(1, len(keys) + 1):
+        rows, most = 0, 0
+        for i in range(j - 1, -1, -1):  # the last group is lengths i..j-1
+            rows += len(by_len[keys[i]])
+            most = max(most, top[i])
+            c = best[i] + cost(rows, keys[j - 1], most)
+            if c < best[j]:
+                best[j], cut[j] = c, i
+    out, j = [], len(keys)
+    while j > 0:
+        out.append([i for k in keys[cut[j]:j] for i in by_len[k]])
         j = cut[j]
-    return [order[(ends[i - 1] if i else 0):ends[j - 1]] for i, j in reversed(bounds)]
+    return out[::-1]
+
+
+def groups(lengths: list[int], costs: Costs = DEFAULT) -> list[list[int]]:
+    """The rows (indices into lengths) in the encoder's cheapest groups by the cost model (cheapest_split);
+    one group when splitting saves nothing."""
+    if len(lengths) < 2:
+        return [list(range(len(lengths)))]
+    return cheapest_split(lengths, lambda rows, length, _: costs.call + length * (costs.step + rows * costs.row_step))
 
 
 def assemble(parts: list[tuple[np.ndarray, dict[str, np.ndarray]]], batch: int) -> dict[str, np.ndarray]:

@@ -16,6 +16,8 @@ Source length stands for output length (a G2P model emits about one symbol per l
 """
 from __future__ import annotations
 
+from service.engine.length_groups import cheapest_split
+
 # The cost of decoding a batch, in row-steps (one row through one decoder step):
 #     cost = CALL_ROW_STEPS + steps * (STEP_ROWS + rows * (1 + S / PAD_SYMBOLS))
 # STEP_ROWS: a decoder step's fixed part, whatever its rows, in rows.
@@ -44,30 +46,6 @@ def split(lengths: list[int], steps: list[int] | None = None) -> list[list[int]]
     """The batch's indices in length-sorted groups, shortest first, of least total batch_cost.
 
     lengths: each source's length; steps: each one's expected_steps (default length + 1).
-    Sources of one length always share a group. Exact, over the distinct lengths (a dynamic
-    programme over where groups end): n of them cost n(n+1)/2 evaluations, 2,080 at most in a batch of 64.
-    """
-    if not lengths:
-        return []
-    steps = steps or [n + 1 for n in lengths]
-    by_len: dict[int, list[int]] = {}
-    for i in sorted(range(len(lengths)), key=lambda i: lengths[i]):
-        by_len.setdefault(lengths[i], []).append(i)
-    keys = sorted(by_len)
-    top = [max(steps[i] for i in by_len[k]) for k in keys]  # each length's most steps
-    # best[j]: the least cost of the first j lengths; cut[j]: where its last group starts.
-    best, cut = [0.0] + [float("inf")] * len(keys), [0] * (len(keys) + 1)
-    for j in range(1, len(keys) + 1):
-        rows, most = 0, 0
-        for i in range(j - 1, -1, -1):  # the last group is lengths i..j-1
-            rows += len(by_len[keys[i]])
-            most = max(most, top[i])
-            c = best[i] + batch_cost(rows, most, keys[j - 1])
-            if c < best[j]:
-                best[j], cut[j] = c, i
-    groups, j = [], len(keys)
-    while j > 0:
-        groups.append([i for k in keys[cut[j]:j] for i in by_len[k]])
-        j = cut[j]
-    return groups[::-1]
-
+    Sources of one length always share a group (the engine's cheapest_split, exact)."""
+    return cheapest_split(lengths, lambda rows, length, most: batch_cost(rows, most, length),
+                          steps or [n + 1 for n in lengths])

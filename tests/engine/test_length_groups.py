@@ -35,7 +35,7 @@ def test_the_fitted_costs_are_the_timed_ones(monkeypatch):
 def test_groups_cover_every_row_once_in_runs_of_lengths():
     lengths = [3, 14, 3, 9, 15, 4, 14, 3, 8, 2] * 8
     groups = length_groups.groups(lengths)
-    rows = np.concatenate(groups)
+    rows = np.concatenate([np.asarray(g) for g in groups])
     assert sorted(rows.tolist()) == list(range(len(lengths)))
     assert len(groups) > 1
     spans = [(min(lengths[r] for r in g), max(lengths[r] for r in g)) for g in groups]
