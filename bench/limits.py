@@ -353,7 +353,7 @@ def lines(r: dict) -> list[str]:
 def quick_engine(bundle_path, seconds: float) -> dict:
     """words/s at batch 1 and 64 per precision, as bench/sweep.py's engine sweep measures them."""
     from bench.harness import test_words
-    from bench.sweep import decode_rate
+    from bench.sweep import decode_rate, warmed
     from service.engine.bundle import load_bundle
     from service.config import EngineConfig
     from service.engine.engine import Engine
@@ -362,7 +362,7 @@ def quick_engine(bundle_path, seconds: float) -> dict:
     words = test_words(bundle)
     out = {}
     for p in ("fp32", "int8") if "encoder.int8" in bundle.manifest.graphs else ("fp32",):
-        engine = Engine(bundle, EngineConfig(precision=p))
+        engine = warmed(Engine(bundle, EngineConfig(precision=p)))
         engine.decode([list(w) for w in words[:64]])  # warm-up
         for batch in (1, 64):
             out[f"{p}/greedy-loop=onnx/batch={batch}"] = decode_rate(engine, words, batch, seconds)

@@ -17,6 +17,15 @@ def best(engine: dict, prefix: str, suffix: str = "") -> tuple[str, float]:
     return key, engine[key]
 
 
+def warmed(engine: Engine) -> Engine:
+    """The engine warmed up as the server's repository does it at load (which also fits its encoder's
+    length-group costs, service/engine/length_groups.py)."""
+    from service.repository.models import WARMUP_WORDS
+
+    engine.warm_up([engine.tokenize(w) for w in WARMUP_WORDS])
+    return engine
+
+
 def engine_sweep(bundle, words: list[str], seconds: float) -> dict:
     """In-process onnxruntime greedy decoding, no server: words/s by precision, decode loop and
     batch size, with the server's thread pool (the process's one pool is sized once, by the first
@@ -25,7 +34,7 @@ def engine_sweep(bundle, words: list[str], seconds: float) -> dict:
     int8 = "encoder.int8" in bundle.manifest.graphs
     for precision in ("fp32", "int8") if int8 else ("fp32",):
         for loop in ("onnx", "python"):  # --greedy-loop
-            engine = Engine(bundle, EngineConfig(precision=precision, greedy_loop=loop))
+            engine = warmed(Engine(bundle, EngineConfig(precision=precision, greedy_loop=loop)))
             for batch in (1, 8, 32, 64, 128, 256) if loop == "onnx" else (1, 8, 64):
                 key = f"{precision}/greedy-loop={loop}/batch={batch}"
                 out[key] = decode_rate(engine, words, batch, seconds)
