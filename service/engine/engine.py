@@ -56,7 +56,8 @@ class Running:
     def select(self, rows: np.ndarray, trim: bool = True) -> "Running":
         """Keep these rows (indices), trimming source padding no remaining row needs (unless not trim:
         then each row's attention runs over as many source positions as before, to the last bit)."""
-        S = int((~self.pad_mask[rows]).sum(axis=1).max()) if len(rows) and trim else self.pad_mask.shape[1]
+        S = (source_steps(int((~self.pad_mask[rows]).sum(axis=1).max())) if len(rows) and trim
+             else self.pad_mask.shape[1])
         return Running(self.y_prev[rows], {n: _take_batch(n, v, rows, S) for n, v in self.state.items()},
                        _rows(self.enc_out, rows, S), _rows(self.keys, rows, S), self.pad_mask[rows, :S],
                        _rows(self.top_k, rows), _rows(self.self_attn, rows, S, axes=(2, 3)))
@@ -76,6 +77,20 @@ class Running:
 
 # States with a source-time axis (axis 1), trimmed and padded with the source; the step masks their padding.
 SOURCE_STATES = ("align",)
+
+# The decoder sees source time padded to a multiple of this. Why: attention's sums over source
+# positions (the softmax's denominator, the context's product) are onnxruntime kernels whose order of
+# additions follows the length they are given, so a word alone (no padding) and the same word padded
+# beside a longer one could differ in a last bit, and an int8 rounding boundary can grow that into a
+# moved score. Padded positions add exact zeros; given whole blocks (8 floats, an AVX2 vector) the
+# kernels sum a row alike at every padded length. tests/engine/test_source_blocks.py holds a word's
+# answers alone and beside longer words, to the last bit; docs/models.md says what it cost.
+SOURCE_BLOCK = 8
+
+
+def source_steps(S: int) -> int:
+    """The source-time length the decoder is given for sources of at most S symbols."""
+    return -(-S // SOURCE_BLOCK) * SOURCE_BLOCK
 
 
 def _take_batch(name: str, value: np.ndarray, rows: np.ndarray, S: int) -> np.ndarray:
@@ -109,6 +124,22 @@ def _pad_time(x: np.ndarray, S: int, fill, axes=(1,)) -> np.ndarray:
     if not any(p[1] for p in pad):
         return x
     return np.pad(x, pad, constant_values=fill)
+
+
+def _source_blocks(enc: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The encoder's outputs with source time padded to source_steps (pad_mask True there)."""
+    S = enc["pad_mask"].shape[1]
+    T = source_steps(S)
+    if T == S:
+        return enc
+    fills = {"pad_mask": True}
+    axes = {"self_attn": (2, 3)}
+    return {n: _pad_time(v, T, fills.get(n, 0), axes.get(n, (1,))) if n in SOURCE_OUTPUTS else v
+            for n, v in enc.items()}
+
+
+# The encoder's outputs with a source-time axis (the rest are states without one).
+SOURCE_OUTPUTS = ("enc_out", "keys", "pad_mask", "self_attn", *SOURCE_STATES)
 
 
 _process_pool_threads: int | None = None  # the size of the process's intra-op pool, once created
@@ -263,6 +294,7 @@ class Engine:
         groups = length_groups.groups([len(s) for s in ids], self.encode_costs)
         enc = self._run_encoder(ids) if len(groups) == 1 else length_groups.assemble(
             [(rows, self._run_encoder([ids[r] for r in rows])) for rows in groups], B)
+        enc = _source_blocks(enc)
         return Running(y_prev=np.full((B,), self.bos_id, dtype=np.int64),
                        state={n: enc[n] for n in self.state_names},
                        enc_out=enc.get("enc_out"), keys=enc.get("keys"), pad_mask=enc["pad_mask"],
