@@ -54,9 +54,10 @@ class Running:
         return len(self.y_prev)
 
     def select(self, rows: np.ndarray, trim: bool = True) -> "Running":
-        """Keep these rows (indices), trimming source padding no remaining row needs (unless not trim:
-        then each row's attention runs over as many source positions as before, to the last bit)."""
-        S = (source_steps(int((~self.pad_mask[rows]).sum(axis=1).max())) if len(rows) and trim
+        """Keep these rows (indices), trimming source padding no remaining row needs, to whole blocks
+        (padded_source_len; unless not trim: then each row's attention runs over as many source
+        positions as before, to the last bit)."""
+        S = (padded_source_len(int((~self.pad_mask[rows]).sum(axis=1).max())) if len(rows) and trim
              else self.pad_mask.shape[1])
         return Running(self.y_prev[rows], {n: _take_batch(n, v, rows, S) for n, v in self.state.items()},
                        _rows(self.enc_out, rows, S), _rows(self.keys, rows, S), self.pad_mask[rows, :S],
@@ -88,7 +89,7 @@ SOURCE_STATES = ("align",)
 SOURCE_BLOCK = 8
 
 
-def source_steps(S: int) -> int:
+def padded_source_len(S: int) -> int:
     """The source-time length the decoder is given for sources of at most S symbols."""
     return -(-S // SOURCE_BLOCK) * SOURCE_BLOCK
 
@@ -124,22 +125,6 @@ def _pad_time(x: np.ndarray, S: int, fill, axes=(1,)) -> np.ndarray:
     if not any(p[1] for p in pad):
         return x
     return np.pad(x, pad, constant_values=fill)
-
-
-def _source_blocks(enc: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """The encoder's outputs with source time padded to source_steps (pad_mask True there)."""
-    S = enc["pad_mask"].shape[1]
-    T = source_steps(S)
-    if T == S:
-        return enc
-    fills = {"pad_mask": True}
-    axes = {"self_attn": (2, 3)}
-    return {n: _pad_time(v, T, fills.get(n, 0), axes.get(n, (1,))) if n in SOURCE_OUTPUTS else v
-            for n, v in enc.items()}
-
-
-# The encoder's outputs with a source-time axis (the rest are states without one).
-SOURCE_OUTPUTS = ("enc_out", "keys", "pad_mask", "self_attn", *SOURCE_STATES)
 
 
 _process_pool_threads: int | None = None  # the size of the process's intra-op pool, once created
@@ -292,9 +277,8 @@ class Engine:
             raise ValueError(f"model {self.name!r} version {self.version!r} has no hard/top-k attention "
                              f"(modes available: {list(self.attention_modes)})")
         groups = length_groups.groups([len(s) for s in ids], self.encode_costs)
-        enc = self._run_encoder(ids) if len(groups) == 1 else length_groups.assemble(
-            [(rows, self._run_encoder([ids[r] for r in rows])) for rows in groups], B)
-        enc = _source_blocks(enc)
+        enc = length_groups.assemble([(rows, self._run_encoder([ids[r] for r in rows])) for rows in groups], B,
+                                     padded_source_len(max(len(s) for s in ids)))
         return Running(y_prev=np.full((B,), self.bos_id, dtype=np.int64),
                        state={n: enc[n] for n in self.state_names},
                        enc_out=enc.get("enc_out"), keys=enc.get("keys"), pad_mask=enc["pad_mask"],

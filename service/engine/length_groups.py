@@ -3,8 +3,9 @@
 An encoder call runs every row over the batch's longest source, so a batch of mixed lengths spends
 most of its recurrent steps on padding. Engine.encode splits the rows, by length, into the groups
 that cost least (groups()), runs the encoder on each with its own padding, and puts the outputs
-back in the rows' order, padded to the longest source (assemble()), as one call would have given
-them: the decoder then steps the whole batch together.
+back in the rows' order, padded to the source length the decoder is given (assemble(); whole
+blocks, engine.py padded_source_len), as one call would have given them: the decoder then steps the
+whole batch together.
 
 A row's encoding is its own, whichever rows share its call: the per-row int8 encoder computes each
 row by itself (training/rowwise_int8.py), and the padding a row sees does not enter its values
@@ -102,10 +103,14 @@ def groups(lengths: list[int], costs: Costs = DEFAULT) -> list[list[int]]:
     return cheapest_split(lengths, lambda rows, length, _: costs.call + length * (costs.step + rows * costs.row_step))
 
 
-def assemble(parts: list[tuple[np.ndarray, dict[str, np.ndarray]]], batch: int) -> dict[str, np.ndarray]:
+def assemble(parts: list[tuple[np.ndarray, dict[str, np.ndarray]]], batch: int, S: int) -> dict[str, np.ndarray]:
     """One batch's encoder outputs from each group's (rows, outputs): every row in its place, the
-    source-time axes padded to the longest (pad_mask True there, zeros elsewhere)."""
-    S = max(out["pad_mask"].shape[1] for _, out in parts)
+    source-time axes padded to S, at least the longest (pad_mask True there, zeros elsewhere). One
+    group of every row in order, already S long, is returned as it is."""
+    if len(parts) == 1:
+        rows, out = parts[0]
+        if out["pad_mask"].shape[1] == S and list(rows) == list(range(batch)):
+            return out
     merged = {}
     for name, first in parts[0][1].items():
         axis = ROW_AXIS.get(name, 0)

@@ -14,14 +14,14 @@ from service.config import EngineConfig
 from service.domain import DecodeOptions
 from service.engine.beam import beam_search
 from service.engine.bundle import load_bundle
-from service.engine.engine import SOURCE_BLOCK, Engine, source_steps
+from service.engine.engine import SOURCE_BLOCK, Engine, padded_source_len
 from tests.conftest import REPO
 
 LETTERS = "abcdefghijklmnopqrstuvwxyz" * 2
 
 
-def test_source_steps_are_whole_blocks():
-    assert [source_steps(S) for S in (1, SOURCE_BLOCK, SOURCE_BLOCK + 1)] == [
+def test_padded_source_lengths_are_whole_blocks():
+    assert [padded_source_len(S) for S in (1, SOURCE_BLOCK, SOURCE_BLOCK + 1)] == [
         SOURCE_BLOCK, SOURCE_BLOCK, 2 * SOURCE_BLOCK]
 
 
