@@ -8,13 +8,16 @@ length a batch pads it to gives the same hypotheses and scores, to the last bit,
 """
 from __future__ import annotations
 
+import dataclasses
+
+import numpy as np
 import pytest
 
 from service.config import EngineConfig
 from service.domain import DecodeOptions
 from service.engine.beam import beam_search
 from service.engine.bundle import load_bundle
-from service.engine.engine import SOURCE_BLOCK, Engine, padded_source_len
+from service.engine.engine import SOURCE_BLOCK, Engine, Running, padded_source_len
 from tests.conftest import REPO
 
 LETTERS = "abcdefghijklmnopqrstuvwxyz" * 2
@@ -43,3 +46,17 @@ def test_a_word_alone_and_beside_every_longer_word(engine, beam_size):
     for length in range(len(word) + 1, 41):  # padded to 16, 24, 32 and 40 source steps
         beside = beam_search(engine, [word, list(LETTERS[:length])], opts)[0]
         assert answers(beside) == alone, f"beside a word of {length} letters"
+
+
+def test_rows_joined_mid_decode_step_as_alone(engine):
+    """Continuous batching joins rows of other lengths to a running row (Running.concat): its
+    steps give the same log_probs, to the last bit, as the row stepped alone."""
+    alone = engine.encode([list("neighboring")])
+    joined = Running.concat(alone, engine.encode([list(LETTERS[:length]) for length in (17, 30)]))
+    for _ in range(12):
+        log_probs, _, alone = engine.step(alone)
+        joined_log_probs, _, joined = engine.step(joined)
+        assert np.array_equal(joined_log_probs[0], log_probs[0])
+        y = np.argmax(log_probs, axis=1)
+        alone = dataclasses.replace(alone, y_prev=y)
+        joined = dataclasses.replace(joined, y_prev=np.concatenate([y, np.argmax(joined_log_probs[1:], axis=1)]))
